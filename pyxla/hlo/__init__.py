@@ -1,0 +1,25 @@
+"""The HLO IR: types and shapes, the opcode registry, modules, text format, verifier, evaluator."""
+from ..errors import EvaluationError, ParseError, ShapeError, VerifierError
+from .attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim
+from .builder import HloBuilder, scalar_computation
+from .computation import HloComputation
+from .evaluator import evaluate_computation, evaluate_module, flatten_result
+from .instruction import HloInstruction
+from .module import HloModule
+from .ops import known_opcodes, op_def
+from .parser import parse_module
+from .printer import print_module
+from .shape import ArrayShape, Shape, TokenShape, TupleShape, array, scalar
+from .types import (BF16, ELEMENT_TYPES, F16, F32, F64, PRED, S8, S16, S32, S64, U8, U16, U32, U64,
+                    ElementType, element_type, from_numpy_dtype)
+from .verifier import verify_module
+
+__all__ = [
+    "ArrayShape", "BF16", "ConvDimensionNumbers", "ELEMENT_TYPES", "ElementType", "EvaluationError",
+    "F16", "F32", "F64", "HloBuilder", "HloComputation", "HloInstruction", "HloModule", "PRED",
+    "PadDim", "ParseError", "S16", "S32", "S64", "S8", "Shape", "ShapeError", "SliceDim",
+    "TokenShape", "TupleShape", "U16", "U32", "U64", "U8", "VerifierError", "WindowDim", "array",
+    "element_type", "evaluate_computation", "evaluate_module", "flatten_result", "from_numpy_dtype",
+    "known_opcodes", "op_def", "parse_module", "print_module", "scalar", "scalar_computation",
+    "verify_module",
+]

@@ -1,0 +1,109 @@
+"""A computation: instructions in a valid order, parameters by number, one ROOT."""
+from __future__ import annotations
+
+from .instruction import HloInstruction
+from .shape import Shape, TupleShape
+
+
+class HloComputation:
+    def __init__(self, name: str):
+        self.name = name
+        self.instructions: list[HloInstruction] = []
+        self.root: HloInstruction | None = None
+        self.is_fusion_computation = False
+
+    # --- construction -------------------------------------------------------------------
+    def add_instruction(self, instr: HloInstruction) -> HloInstruction:
+        instr.parent = self
+        self.instructions.append(instr)
+        for op in instr.operands:
+            if instr not in op.users:
+                op.users.append(instr)
+        return instr
+
+    def remove_instruction(self, instr: HloInstruction) -> None:
+        if instr.users:
+            raise ValueError(f"cannot remove {instr.describe()}: still used by "
+                             + ", ".join("%" + u.name for u in instr.users))
+        self.instructions.remove(instr)
+        for op in instr.operands:
+            if instr in op.users:
+                op.users.remove(instr)
+        instr.parent = None
+
+    def replace_all_uses(self, old: HloInstruction, new: HloInstruction) -> None:
+        for user in list(old.users):
+            user.replace_operand(old, new)
+        if self.root is old:
+            self.root = new
+
+    # --- queries ------------------------------------------------------------------------
+    @property
+    def parameters(self) -> list[HloInstruction]:
+        """Parameters sorted by parameter number (text order may differ)."""
+        params = [i for i in self.instructions if i.opcode == "parameter"]
+        return sorted(params, key=lambda p: p.parameter_number)
+
+    def parameter_shapes(self) -> list[Shape]:
+        return [p.shape for p in self.parameters]
+
+    @property
+    def result_shape(self) -> Shape:
+        return self.root.shape
+
+    def instruction(self, name: str) -> HloInstruction:
+        for i in self.instructions:
+            if i.name == name:
+                return i
+        raise KeyError(f"no instruction %{name} in computation {self.name}")
+
+    def post_order(self) -> list[HloInstruction]:
+        """Instructions with every operand before its users, ROOT's ancestors first.
+
+        Instructions that do not reach ROOT come after, still operands first, so a walk
+        over the result visits everything (dead code included).
+        """
+        seen: set[int] = set()
+        order: list[HloInstruction] = []
+
+        def visit(start: HloInstruction) -> None:
+            stack = [(start, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    order.append(node)
+                    continue
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                stack.append((node, True))
+                preds = list(node.operands)
+                preds += _control_predecessors(node)
+                for op in reversed(preds):
+                    if id(op) not in seen:
+                        stack.append((op, False))
+
+        if self.root is not None:
+            visit(self.root)
+        for instr in self.instructions:
+            visit(instr)
+        return order
+
+    def program_shape_text(self) -> str:
+        params = ", ".join(f"{p.name}: {p.shape.to_text(False)}" for p in self.parameters)
+        return f"({params}) -> {self.result_shape.to_text(False)}"
+
+    def __repr__(self) -> str:
+        return f"<HloComputation {self.name}: {len(self.instructions)} instructions>"
+
+
+def _control_predecessors(instr: HloInstruction) -> list[HloInstruction]:
+    names = instr.attrs.get("control-predecessors") or ()
+    if not names or instr.parent is None:
+        return []
+    by_name = {i.name: i for i in instr.parent.instructions}
+    return [by_name[n] for n in names if n in by_name]
+
+
+def tuple_arity(shape: Shape) -> int:
+    return len(shape.elements) if isinstance(shape, TupleShape) else 0

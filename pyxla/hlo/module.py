@@ -1,0 +1,53 @@
+"""An HLO module: named computations, one of them the ENTRY."""
+from __future__ import annotations
+
+from .computation import HloComputation
+
+
+class HloModule:
+    def __init__(self, name: str):
+        self.name = name
+        self.computations: list[HloComputation] = []   # callees before callers, ENTRY last
+        self.entry: HloComputation | None = None
+        # Header attributes kept as raw text (`is_scheduled=true`,
+        # `entry_computation_layout={...}`, `frontend_attributes={...}`): none changes a value.
+        self.header_attrs: dict[str, str] = {}
+
+    def add_computation(self, comp: HloComputation, entry: bool = False) -> HloComputation:
+        self.computations.append(comp)
+        if entry:
+            self.entry = comp
+        return comp
+
+    def computation(self, name: str) -> HloComputation:
+        for c in self.computations:
+            if c.name == name:
+                return c
+        raise KeyError(f"no computation {name} in module {self.name}")
+
+    def reachable_computations(self) -> list[HloComputation]:
+        """Computations reachable from ENTRY, callees before callers."""
+        order: list[HloComputation] = []
+        seen: set[int] = set()
+
+        def visit(comp: HloComputation) -> None:
+            if id(comp) in seen:
+                return
+            seen.add(id(comp))
+            for instr in comp.instructions:
+                for callee in instr.called_computations():
+                    visit(callee)
+            order.append(comp)
+
+        visit(self.entry)
+        return order
+
+    def to_text(self, **options) -> str:
+        from .printer import print_module
+        return print_module(self, **options)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return f"<HloModule {self.name}: {len(self.computations)} computations>"

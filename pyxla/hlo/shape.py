@@ -1,0 +1,146 @@
+"""HLO shapes: arrays (element type, static dimensions, layout), tuples and the token.
+
+A layout is XLA's minor_to_major list. It never changes a logical value, except
+through `bitcast`, which reinterprets the physical buffer; `None` means the default
+row-major layout (minor_to_major = rank-1, ..., 0).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from .types import ElementType
+
+
+class Shape:
+    is_array = False
+    is_tuple = False
+    is_token = False
+
+    def to_text(self, with_layout: bool = True) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def compatible(self, other: "Shape") -> bool:
+        """Equal ignoring layouts: the logical type of a value."""
+        raise NotImplementedError
+
+    def without_layout(self) -> "Shape":
+        raise NotImplementedError
+
+
+def default_layout(rank: int) -> tuple[int, ...]:
+    return tuple(range(rank - 1, -1, -1))
+
+
+@dataclass(frozen=True)
+class ArrayShape(Shape):
+    dtype: ElementType
+    dims: tuple[int, ...]
+    layout: tuple[int, ...] | None = None
+
+    is_array = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
+        if self.layout is not None:
+            object.__setattr__(self, "layout", tuple(int(d) for d in self.layout))
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def size(self) -> int:
+        return prod(self.dims)
+
+    @property
+    def minor_to_major(self) -> tuple[int, ...]:
+        return self.layout if self.layout is not None else default_layout(self.rank)
+
+    @property
+    def byte_size(self) -> int:
+        return self.size * self.dtype.bytes
+
+    def to_text(self, with_layout: bool = True) -> str:
+        text = f"{self.dtype.name}[{','.join(str(d) for d in self.dims)}]"
+        if with_layout and self.rank > 0:
+            text += "{" + ",".join(str(d) for d in self.minor_to_major) + "}"
+        return text
+
+    def compatible(self, other: Shape) -> bool:
+        return isinstance(other, ArrayShape) and other.dtype == self.dtype and other.dims == self.dims
+
+    def without_layout(self) -> "ArrayShape":
+        return ArrayShape(self.dtype, self.dims)
+
+    def with_dtype(self, dtype: ElementType) -> "ArrayShape":
+        return ArrayShape(dtype, self.dims, self.layout)
+
+    def with_dims(self, dims) -> "ArrayShape":
+        return ArrayShape(self.dtype, tuple(dims))
+
+
+@dataclass(frozen=True)
+class TupleShape(Shape):
+    elements: tuple[Shape, ...]
+
+    is_tuple = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "elements", tuple(self.elements))
+
+    def to_text(self, with_layout: bool = True) -> str:
+        parts = []
+        for i, e in enumerate(self.elements):
+            # XLA numbers long tuples every fifth element; its parser skips the comments.
+            prefix = f"/*index={i}*/" if i and i % 5 == 0 else ""
+            parts.append(prefix + e.to_text(with_layout))
+        return "(" + ", ".join(parts) + ")"
+
+    def compatible(self, other: Shape) -> bool:
+        return (isinstance(other, TupleShape) and len(other.elements) == len(self.elements)
+                and all(a.compatible(b) for a, b in zip(self.elements, other.elements)))
+
+    def without_layout(self) -> "TupleShape":
+        return TupleShape(tuple(e.without_layout() for e in self.elements))
+
+    def leaves(self) -> list["ArrayShape"]:
+        out = []
+        for e in self.elements:
+            out.extend(e.leaves() if isinstance(e, TupleShape) else [e])
+        return out
+
+
+@dataclass(frozen=True)
+class TokenShape(Shape):
+    is_token = True
+
+    def to_text(self, with_layout: bool = True) -> str:
+        return "token[]"
+
+    def compatible(self, other: Shape) -> bool:
+        return isinstance(other, TokenShape)
+
+    def without_layout(self) -> "TokenShape":
+        return self
+
+
+def array(dtype: ElementType, *dims: int) -> ArrayShape:
+    return ArrayShape(dtype, tuple(dims))
+
+
+def scalar(dtype: ElementType) -> ArrayShape:
+    return ArrayShape(dtype, ())
+
+
+def flatten_shape(shape: Shape) -> list[Shape]:
+    """The non-tuple leaves of `shape`, depth first (how tuple results are flattened)."""
+    if isinstance(shape, TupleShape):
+        out = []
+        for e in shape.elements:
+            out.extend(flatten_shape(e))
+        return out
+    return [shape]
