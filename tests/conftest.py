@@ -9,7 +9,9 @@ from pyxla.conformance import case_dirs, default_corpus
 
 # Fresh inputs every run; the seed is printed so a failure can be reproduced with
 # PYXLA_TEST_SEED=<seed>.
-SESSION_SEED = int(os.environ.get("PYXLA_TEST_SEED", random.SystemRandom().randrange(2**31)))
+# Set in the environment at import so pytest-xdist workers share the controller's seed.
+os.environ.setdefault("PYXLA_TEST_SEED", str(random.SystemRandom().randrange(2**31)))
+SESSION_SEED = int(os.environ["PYXLA_TEST_SEED"])
 
 
 def pytest_report_header(config):
