@@ -1,0 +1,33 @@
+"""The interpreter backend: the reference evaluator behind the executable interface."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...hlo.evaluator import EvalContext, check_arguments, evaluate_computation, flatten_result
+from ...hlo.module import HloModule
+from ...hlo.verifier import verify_module
+
+
+class InterpreterExecutable:
+    def __init__(self, module: HloModule):
+        self.module = module
+
+    def __call__(self, *args: Any) -> Any:
+        entry = self.module.entry
+        return evaluate_computation(entry, check_arguments(entry, args), EvalContext(self.module))
+
+    def run_flat(self, args: Sequence[Any]) -> list[np.ndarray]:
+        return flatten_result(self(*args))
+
+
+class InterpreterBackend:
+    name = "interpreter"
+
+    def compile(self, module: HloModule) -> InterpreterExecutable:
+        verify_module(module)
+        return InterpreterExecutable(module)
+
+
+BACKEND = InterpreterBackend()

@@ -1,0 +1,137 @@
+"""The `pyxla` command: run, fmt and check HLO programs.
+
+    pyxla run MODULE.hlo --inputs IN.npz [--out OUT.npz] [--backend interpreter] [--quiet]
+    pyxla fmt MODULE.hlo
+    pyxla check CORPUS_DIR [--backend NAME] [--level module|optimized|both]
+
+Arrays go in and out as .npz files named arg0..argN and out0..outM; bf16 is stored as
+uint16 bit patterns, as in the conformance corpus.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from .backends import available_backends, get_backend
+from .errors import PyxlaError
+from .hlo.parser import parse_module
+from .hlo.printer import print_module
+from .hlo.shape import ArrayShape
+
+
+def _read_module(path: str):
+    text = Path(path).read_text()
+    return parse_module(text, source=path)
+
+
+def _load_inputs(path: str | None, module) -> list[np.ndarray]:
+    params = module.entry.parameters
+    if path is None:
+        if params:
+            raise PyxlaError(f"the module takes {len(params)} parameters: give them with --inputs IN.npz")
+        return []
+    args = []
+    with np.load(path) as z:
+        for i, p in enumerate(params):
+            key = f"arg{i}"
+            if key not in z:
+                raise PyxlaError(f"{path} has no {key} for parameter {p.name} ({p.shape.to_text(False)})")
+            a = z[key]
+            if isinstance(p.shape, ArrayShape) and p.shape.dtype.name == "bf16" and a.dtype == np.uint16:
+                a = a.view(ml_dtypes.bfloat16)
+            args.append(a)
+    return args
+
+
+def _storable(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a
+
+
+def cmd_run(ns) -> int:
+    module = _read_module(ns.module)
+    args = _load_inputs(ns.inputs, module)
+    executable = get_backend(ns.backend).compile(module)
+    start = time.perf_counter()
+    outputs = executable.run_flat(args)
+    elapsed = time.perf_counter() - start
+    if ns.out:
+        np.savez(ns.out, **{f"out{i}": _storable(np.asarray(o)) for i, o in enumerate(outputs)})
+    if not ns.quiet:
+        for i, o in enumerate(outputs):
+            o = np.asarray(o)
+            print(f"out{i}: {o.dtype.name}{list(o.shape)}")
+        print(f"ran on {ns.backend} in {elapsed * 1e3:.2f} ms")
+    return 0
+
+
+def cmd_fmt(ns) -> int:
+    sys.stdout.write(print_module(_read_module(ns.module)))
+    return 0
+
+
+def cmd_check(ns) -> int:
+    from .conformance import case_dirs, load_case, run_case
+
+    backend = get_backend(ns.backend)
+    levels = ["module", "optimized"] if ns.level == "both" else [ns.level]
+
+    def run(text, inputs):
+        return backend.compile(parse_module(text)).run_flat(inputs)
+
+    passed = failed = 0
+    for d in case_dirs(ns.corpus):
+        case = load_case(d)
+        for level in levels:
+            try:
+                problems = run_case(case, level, run)
+            except (PyxlaError, NotImplementedError) as e:
+                problems = [f"{type(e).__name__}: {str(e).splitlines()[0]}"]
+            if problems:
+                failed += 1
+                print(f"FAIL {case.name} [{level}]: " + "; ".join(problems))
+            else:
+                passed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pyxla", description="pyxla, an XLA-style compiler")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="parse, verify and run an HLO module")
+    run.add_argument("module")
+    run.add_argument("--inputs", help=".npz with arg0..argN")
+    run.add_argument("--out", help="write outputs to this .npz (out0..outM)")
+    run.add_argument("--backend", default="interpreter", choices=available_backends())
+    run.add_argument("--quiet", action="store_true")
+    run.set_defaults(func=cmd_run)
+
+    fmt = sub.add_parser("fmt", help="print an HLO module in canonical text")
+    fmt.add_argument("module")
+    fmt.set_defaults(func=cmd_fmt)
+
+    check = sub.add_parser("check", help="run a conformance corpus and compare with its outputs")
+    check.add_argument("corpus")
+    check.add_argument("--backend", default="interpreter", choices=available_backends())
+    check.add_argument("--level", default="both", choices=["module", "optimized", "both"])
+    check.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv=None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        return ns.func(ns)
+    except (PyxlaError, NotImplementedError, OSError) as e:
+        print(f"pyxla {ns.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
