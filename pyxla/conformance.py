@@ -62,6 +62,14 @@ def default_corpus() -> Path:
     return Path(__file__).resolve().parents[2] / "shared" / "hlo_corpus"
 
 
+def corpus_case_dirs() -> list[Path]:
+    """The case directories of the default corpus; a missing corpus is an error, not zero cases."""
+    corpus = default_corpus()
+    if not corpus.is_dir():
+        raise FileNotFoundError(f"the HLO conformance corpus is missing at {corpus} (set PYXLA_CORPUS)")
+    return case_dirs(corpus)
+
+
 def compare(actual, expected: np.ndarray, spec: dict) -> str | None:
     """None when `actual` matches `expected` within the output's tolerance, else why not."""
     actual = np.asarray(actual)

@@ -5,7 +5,6 @@ import zlib
 import numpy as np
 import pytest
 
-from pyxla.conformance import case_dirs, default_corpus
 
 # Fresh inputs every run; the seed is printed so a failure can be reproduced with
 # PYXLA_TEST_SEED=<seed>.
@@ -22,10 +21,3 @@ def pytest_report_header(config):
 def rng(request):
     """A generator per test: fresh each run, reproducible from the printed session seed."""
     return np.random.default_rng([SESSION_SEED, zlib.crc32(request.node.nodeid.encode())])
-
-
-def corpus_cases():
-    corpus = default_corpus()
-    if not corpus.is_dir():
-        raise RuntimeError(f"the HLO conformance corpus is missing at {corpus} (set PYXLA_CORPUS)")
-    return case_dirs(corpus)

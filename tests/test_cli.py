@@ -1,0 +1,80 @@
+"""The pyxla command line: run, fmt and check."""
+import subprocess
+import sys
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from pyxla.cli import main
+from pyxla.conformance import corpus_case_dirs
+
+EXAMPLE = resources.files("pyxla.examples").joinpath("mlp_softmax.hlo")
+
+
+def _example_inputs(rng, path):
+    args = {"arg0": rng.standard_normal((8, 16)), "arg1": rng.standard_normal((16, 32)),
+            "arg2": rng.standard_normal(32), "arg3": rng.standard_normal((32, 10))}
+    args = {k: v.astype(np.float32) for k, v in args.items()}
+    np.savez(path, **args)
+    return args
+
+
+def test_run_writes_outputs(tmp_path, rng, capsys):
+    args = _example_inputs(rng, tmp_path / "in.npz")
+    assert main(["run", str(EXAMPLE), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz")]) == 0
+    printed = capsys.readouterr().out
+    assert "out0: float32[8, 10]" in printed
+    with np.load(tmp_path / "out.npz") as z:
+        probs = z["out0"]
+    x, w1, b1, w2 = (args[f"arg{i}"].astype(np.float64) for i in range(4))
+    logits = np.tanh(x @ w1 + b1) @ w2
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(probs, e / e.sum(1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+def test_run_quiet_prints_nothing(tmp_path, rng, capsys):
+    _example_inputs(rng, tmp_path / "in.npz")
+    assert main(["run", str(EXAMPLE), "--inputs", str(tmp_path / "in.npz"), "--quiet"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_run_names_missing_argument(tmp_path, rng, capsys):
+    np.savez(tmp_path / "in.npz", arg0=rng.standard_normal((8, 16)).astype(np.float32))
+    assert main(["run", str(EXAMPLE), "--inputs", str(tmp_path / "in.npz")]) == 2
+    assert "has no arg1 for parameter w1 (f32[16,32])" in capsys.readouterr().err
+
+
+def test_run_names_wrong_shape(tmp_path, rng, capsys):
+    args = _example_inputs(rng, tmp_path / "in.npz")
+    args["arg2"] = rng.standard_normal(31).astype(np.float32)
+    np.savez(tmp_path / "in.npz", **args)
+    assert main(["run", str(EXAMPLE), "--inputs", str(tmp_path / "in.npz")]) == 2
+    assert "parameter b1: expected shape f32[32]" in capsys.readouterr().err
+
+
+def test_malformed_text_reports_line_and_column(tmp_path, capsys):
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(EXAMPLE.read_text().replace("tanh(biased)", "tanh(biased"))
+    assert main(["fmt", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:23:" in err and "ParseError" in err
+
+
+def test_fmt_round_trips(tmp_path, capsys):
+    assert main(["fmt", str(EXAMPLE)]) == 0
+    once = capsys.readouterr().out
+    (tmp_path / "once.hlo").write_text(once)
+    assert main(["fmt", str(tmp_path / "once.hlo")]) == 0
+    assert capsys.readouterr().out == once
+
+
+def test_check_reports_summary_line(tmp_path):
+    # A corpus of two real cases, through the installed entry point.
+    cases = corpus_case_dirs()[:2]
+    for c in cases:
+        (tmp_path / c.name).symlink_to(c)
+    proc = subprocess.run([sys.executable, "-m", "pyxla", "check", str(tmp_path), "--level", "module"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip().splitlines()[-1] == "2 passed, 0 failed", proc.stdout + proc.stderr
+    assert proc.returncode == 0
