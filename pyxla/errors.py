@@ -33,3 +33,13 @@ class EvaluationError(PyxlaError):
 
 class ArgumentError(PyxlaError, ValueError):
     """Arguments given to an executable do not match its parameters."""
+
+
+class TraceError(PyxlaError):
+    """A traced program did something the trace cannot express: names the op, the shapes and
+    the user's source line."""
+
+
+class ConcretizationError(TraceError):
+    """A traced (abstract) value was used where Python needs a concrete one: `if x > 0:`,
+    `int(x)`, `np.asarray(x)` inside `jit`."""

@@ -1,0 +1,1 @@
+"""What runs a compiled program: cost and memory analysis, (later) executables and caches."""

@@ -1,0 +1,81 @@
+"""Static cost and memory figures of a module, as `Compiled.cost_analysis()` and
+`Compiled.memory_analysis()` report them.
+
+Flops count one per output element of arithmetic ops, 2*M*N*K for dot and the
+multiply-adds of a convolution; transcendental ops are also counted apart. Bytes accessed
+are every operand read plus the result written, per instruction (an upper bound until
+fusion keeps intermediates out of memory).
+"""
+from __future__ import annotations
+
+from math import prod
+
+from ..hlo.module import HloModule
+from ..hlo.ops import op_def
+from ..hlo.shape import ArrayShape, Shape, TupleShape
+
+TRANSCENDENTAL = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt",
+                            "cbrt", "sine", "cosine", "tan", "tanh", "logistic", "erf", "power", "atan2"})
+# Ops that move no data of their own or compute nothing.
+FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "opt-barrier"})
+
+
+def byte_size(shape: Shape) -> int:
+    if isinstance(shape, TupleShape):
+        return sum(byte_size(e) for e in shape.elements)
+    if isinstance(shape, ArrayShape):
+        return shape.byte_size
+    return 0
+
+
+def _elements(shape: Shape) -> int:
+    return shape.size if isinstance(shape, ArrayShape) else 0
+
+
+def instruction_flops(instr) -> int:
+    opcode = instr.opcode
+    if opcode == "dot":
+        lhs = instr.operands[0].shape
+        contracted = prod(lhs.dims[d] for d in instr.attrs.get("lhs_contracting_dims", ()))
+        return 2 * _elements(instr.shape) * contracted
+    if opcode == "convolution":
+        kernel = instr.operands[1].shape
+        dn = instr.attrs["dim_labels"]
+        per_output = prod(kernel.dims[d] for d in dn.kernel_spatial) * kernel.dims[dn.kernel_input_feature]
+        return 2 * _elements(instr.shape) * per_output
+    if opcode in ("reduce", "reduce-window"):
+        return sum(_elements(op.shape) for op in instr.operands[: len(instr.operands) // 2])
+    kind = op_def(opcode).fusion_kind
+    if kind == "elementwise":
+        return _elements(instr.shape)
+    return 0
+
+
+def cost_analysis(module: HloModule) -> dict:
+    flops = transcendentals = bytes_accessed = 0
+    for comp in module.reachable_computations():
+        if comp is not module.entry and not comp.is_fusion_computation:
+            continue   # reducers and loop bodies: counted per call, not statically
+        for instr in comp.instructions:
+            if instr.opcode in FREE:
+                continue
+            flops += instruction_flops(instr)
+            if instr.opcode in TRANSCENDENTAL:
+                transcendentals += _elements(instr.shape)
+            if comp is module.entry:
+                bytes_accessed += byte_size(instr.shape) + sum(byte_size(o.shape) for o in instr.operands)
+    return {"flops": float(flops), "transcendentals": float(transcendentals),
+            "bytes accessed": float(bytes_accessed)}
+
+
+def memory_analysis(module: HloModule) -> dict:
+    entry = module.entry
+    args = sum(byte_size(p.shape) for p in entry.parameters)
+    out = byte_size(entry.root.shape)
+    consts = sum(byte_size(i.shape) for c in module.computations for i in c.instructions if i.opcode == "constant")
+    temps = sum(byte_size(i.shape) for i in entry.instructions
+                if i.opcode not in FREE and i is not entry.root)
+    return {"argument_size_in_bytes": args, "output_size_in_bytes": out,
+            "constant_size_in_bytes": consts,
+            # No buffer assignment yet: every intermediate has its own buffer.
+            "temp_size_in_bytes": temps, "peak_bytes": args + out + consts + temps}
