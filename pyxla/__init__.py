@@ -1,4 +1,15 @@
-"""pyxla: an XLA-style machine-learning compiler written in Python."""
+"""pyxla: an XLA-style machine-learning compiler written in Python.
+
+    import pyxla
+    import pyxla.numpy as pnp
+
+    @pyxla.jit
+    def f(x, w):
+        return pnp.tanh(x @ w)
+"""
 __version__ = "0.1.0"
 
-from .errors import ArgumentError, EvaluationError, ParseError, PyxlaError, ShapeError, VerifierError  # noqa: F401
+from .errors import (ArgumentError, ConcretizationError, EvaluationError, ParseError, PyxlaError,  # noqa: F401
+                     ShapeError, TraceError, VerifierError)
+from .frontend import (default_backend, jit, register_pytree_node, set_default_backend,  # noqa: F401
+                       tree_flatten, tree_map, tree_unflatten)

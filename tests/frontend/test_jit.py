@@ -1,0 +1,180 @@
+"""pyxla.jit: trace once per signature, cache, static arguments, lowering and errors."""
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import pyxla
+from pyxla import lax
+from pyxla.errors import ArgumentError, ConcretizationError, TraceError
+from pyxla.hlo import evaluate_module, parse_module, verify_module
+
+
+def counting(fn):
+    """`fn` plus a counter of how often Python ran it (that is, traced it)."""
+    calls = {"n": 0}
+
+    def wrapped(*args, **kwargs):
+        calls["n"] += 1
+        return fn(*args, **kwargs)
+
+    wrapped.__name__ = fn.__name__
+    return wrapped, calls
+
+
+def scaled_exp(x, y):
+    return lax.mul(lax.exp(x), y)
+
+
+def test_traced_once_for_one_signature(rng):
+    fn, calls = counting(scaled_exp)
+    f = pyxla.jit(fn)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    y = rng.standard_normal((3, 4)).astype(np.float32)
+    for _ in range(100):
+        out = f(x, y)
+    assert calls["n"] == 1
+    np.testing.assert_allclose(out, np.exp(x.astype(np.float64)) * y, rtol=1e-6)
+
+
+def test_new_shape_or_dtype_retraces_once(rng):
+    fn, calls = counting(scaled_exp)
+    f = pyxla.jit(fn)
+    a = rng.standard_normal((2, 2)).astype(np.float32)
+    b = rng.standard_normal((5,)).astype(np.float32)
+    c = rng.standard_normal((5,))
+    for _ in range(3):
+        f(a, a)
+        f(b, b)
+        out = f(c, c)
+    assert calls["n"] == 3
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, np.exp(c) * c, rtol=1e-12)
+
+
+def test_static_arguments_key_the_cache_by_value(rng):
+    def power(x, n):
+        out = x
+        for _ in range(n - 1):   # Python control flow on a static value
+            out = lax.mul(out, x)
+        return out
+
+    fn, calls = counting(power)
+    f = pyxla.jit(fn, static_argnums=1)
+    x = rng.standard_normal(6).astype(np.float32)
+    np.testing.assert_allclose(f(x, 3), x.astype(np.float64) ** 3, rtol=1e-5)
+    np.testing.assert_allclose(f(x, 3), x.astype(np.float64) ** 3, rtol=1e-5)
+    np.testing.assert_allclose(f(x, n=4), x.astype(np.float64) ** 4, rtol=1e-5)
+    assert calls["n"] == 2
+    g = pyxla.jit(power, static_argnames="n")
+    np.testing.assert_allclose(g(x, n=2), x.astype(np.float64) ** 2, rtol=1e-5)
+
+
+def test_static_argument_must_be_hashable(rng):
+    f = pyxla.jit(lambda x, opts: x, static_argnums=1)
+    with pytest.raises(ArgumentError, match="static argument 'opts'.*hashable"):
+        f(np.ones(2), {"a": 1})
+
+
+Params = namedtuple("Params", "w b")
+
+
+def test_pytree_arguments_and_results(rng):
+    def layer(params, inputs):
+        h = lax.add(lax.dot(inputs["x"], params.w), params.b)
+        return {"out": h, "aux": (None, lax.tanh(h))}
+
+    f = pyxla.jit(layer)
+    p = Params(rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32))
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    out = f(p, {"x": x})
+    ref = x.astype(np.float64) @ p.w + p.b
+    assert set(out) == {"out", "aux"} and out["aux"][0] is None
+    np.testing.assert_allclose(out["out"], ref, rtol=1e-5)
+    np.testing.assert_allclose(out["aux"][1], np.tanh(ref), rtol=1e-5)
+
+
+def test_python_scalars_are_weakly_typed(rng):
+    f = pyxla.jit(lambda x, s: lax.mul(x, s))
+    x = rng.standard_normal(5).astype(np.float32)
+    out = f(x, 2.5)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, x * 2.5, rtol=1e-6)
+
+
+def test_lower_gives_hlo_text_that_parses_back(rng):
+    f = pyxla.jit(scaled_exp)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    y = rng.standard_normal((2, 3)).astype(np.float32)
+    lowered = f.lower(x, y)
+    text = lowered.as_text()
+    assert "exponential" in text and "multiply" in text
+    module = parse_module(text)
+    verify_module(module)
+    np.testing.assert_allclose(evaluate_module(module, [x, y]), np.exp(x.astype(np.float64)) * y, rtol=1e-6)
+    compiled = lowered.compile()
+    np.testing.assert_allclose(compiled(x, y), np.exp(x.astype(np.float64)) * y, rtol=1e-6)
+    assert "exponential" in compiled.as_text()
+
+
+def test_metadata_points_at_user_source(rng):
+    f = pyxla.jit(scaled_exp)
+    text = f.lower(np.ones(2, np.float32), np.ones(2, np.float32)).as_text()
+    assert "test_jit.py" in text and 'op_name="jit(scaled_exp)/exponential"' in text
+
+
+def test_cost_and_memory_analysis(rng):
+    def mm(a, b):
+        return lax.dot(a, b)
+
+    compiled = pyxla.jit(mm).lower(np.ones((8, 16), np.float32), np.ones((16, 4), np.float32)).compile()
+    assert compiled.cost_analysis()["flops"] == 2 * 8 * 16 * 4
+    mem = compiled.memory_analysis()
+    assert mem["argument_size_in_bytes"] == (8 * 16 + 16 * 4) * 4
+    assert mem["output_size_in_bytes"] == 8 * 4 * 4
+
+
+def test_log_compiles_names_the_changed_argument(rng, monkeypatch, capsys):
+    monkeypatch.setenv("PYXLA_LOG_COMPILES", "1")
+    f = pyxla.jit(scaled_exp)
+    f(np.ones(3, np.float32), np.ones(3, np.float32))
+    f(np.ones(3, np.float32), np.ones(3, np.float32))
+    f(np.ones(3, np.float32), np.ones(4, np.float32))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2
+    assert "first call" in err[0]
+    assert "argument leaf 1: float32[3] -> float32[4]" in err[1]
+
+
+def test_value_dependent_python_control_flow_is_explained():
+    def branchy(x):
+        if lax.gt(x, 0.0):
+            return x
+        return lax.neg(x)
+
+    with pytest.raises(ConcretizationError, match=r"Python control flow.*f32\[\].*test_jit.py"):
+        pyxla.jit(branchy)(np.float32(1.0))
+
+
+def test_shape_errors_name_op_shapes_and_line(rng):
+    def bad(x, y):
+        return lax.add(x, y)
+
+    with pytest.raises(TraceError, match=r"add\(f32\[3\], f32\[4\]\).*test_jit.py:\d+"):
+        pyxla.jit(bad)(np.ones(3, np.float32), np.ones(4, np.float32))
+
+
+def test_wrong_argument_count():
+    with pytest.raises(ArgumentError, match="scaled_exp"):
+        pyxla.jit(scaled_exp)(np.ones(3, np.float32))
+
+
+def test_unknown_backend_rejected():
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        pyxla.jit(scaled_exp, backend="tpu")
+
+
+def test_default_backend_is_interpreter_and_settable():
+    assert pyxla.default_backend() == "interpreter"
+    with pytest.raises(ValueError):
+        pyxla.set_default_backend("nope")
