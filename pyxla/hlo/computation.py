@@ -37,6 +37,35 @@ class HloComputation:
         if self.root is old:
             self.root = new
 
+    def replace_instruction(self, old: HloInstruction, new: HloInstruction) -> None:
+        """Every use of `old` (and ROOT) becomes `new`; `old` is removed once nothing uses it."""
+        if new.parent is None:
+            self.add_instruction(new)
+        self.replace_all_uses(old, new)
+        if not old.users and old is not self.root and old.opcode != "parameter":
+            self.remove_instruction(old)
+
+    def sort_topologically(self) -> None:
+        """Reorder `instructions` so operands come first, keeping the order otherwise."""
+        position = {id(i): n for n, i in enumerate(self.instructions)}
+        done: set[int] = set()
+        order: list[HloInstruction] = []
+        for start in self.instructions:
+            stack = [(start, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    if id(node) not in done:
+                        done.add(id(node))
+                        order.append(node)
+                    continue
+                if id(node) in done:
+                    continue
+                stack.append((node, True))
+                preds = sorted(node.operands + _control_predecessors(node), key=lambda i: -position.get(id(i), 0))
+                stack.extend((p, False) for p in preds if id(p) not in done)
+        self.instructions = order
+
     # --- queries ------------------------------------------------------------------------
     @property
     def parameters(self) -> list[HloInstruction]:

@@ -13,6 +13,27 @@ class HloModule:
         # `entry_computation_layout={...}`, `frontend_attributes={...}`): none changes a value.
         self.header_attrs: dict[str, str] = {}
 
+    def fresh_name(self, base: str) -> str:
+        """An instruction or computation name not yet used in the module."""
+        taken = self._taken_names()
+        stem = base.split(".")[0].replace("-", "_") or "v"
+        n = len(taken)
+        while f"{stem}.{n}" in taken:
+            n += 1
+        name = f"{stem}.{n}"
+        taken.add(name)
+        self._names_count += 1   # the caller adds an instruction or computation by this name
+        return name
+
+    def _taken_names(self) -> set[str]:
+        # Rebuilt when the module changed by other means than fresh_name.
+        count = sum(len(c.instructions) for c in self.computations) + len(self.computations)
+        if getattr(self, "_names_count", None) != count:
+            self._names = {c.name for c in self.computations}
+            self._names.update(i.name for c in self.computations for i in c.instructions)
+            self._names_count = count
+        return self._names
+
     def add_computation(self, comp: HloComputation, entry: bool = False) -> HloComputation:
         self.computations.append(comp)
         if entry:

@@ -1,5 +1,933 @@
-"""Parser for XLA's HLO text (being written)."""
+"""Parser for XLA's HLO text: `parse_module(text) -> HloModule`.
+
+The grammar, as XLA prints it (whitespace, `/* ... */` and `// ...` comments may stand
+between any two tokens; `%` sigils on names are optional):
+
+  module       ::= 'HloModule' name (',' attr_name '=' raw)* stack_frames? computation+
+  stack_frames ::= ('FileNames' | 'FunctionNames' | 'FileLocations' | 'StackFrames'
+                    (int (string | braced))*)*                        -- debug info, skipped
+  computation  ::= 'ENTRY'? name signature? '{' instruction+ '}'
+  signature    ::= '(' (name ':' shape (',' name ':' shape)*)? ')' '->' shape
+  instruction  ::= 'ROOT'? name '=' shape opcode '(' operands ')' (',' attribute)*
+  operands     ::= int                       -- parameter(N)
+                 | literal                   -- constant(...)
+                 | (shape? name (',' shape? name)*)?
+  shape        ::= type '[' (int (',' int)*)? ']' layout? | 'token[]' | '(' shapes? ')'
+  attribute    ::= attr_name '=' value       -- value syntax by attributes.ATTRIBUTE_KINDS
+
+The parser checks syntax and name resolution only (operands must be defined before use
+in their computation; called computations may be defined anywhere in the module). It
+runs no shape inference and no verifier. Every problem is a ParseError pointing at the
+offending token; no other exception escapes, whatever the input.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from ..errors import ParseError
+from .attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim, attribute_kind
+from .computation import HloComputation
+from .instruction import HloInstruction
+from .module import HloModule
+from .shape import ArrayShape, Shape, TokenShape, TupleShape, default_layout
+from .types import ELEMENT_TYPES, ElementType
+from .printer import FLOAT_FORMATS
+
+# Every opcode of XLA's HloOpcode list (xla/hlo/ir/hlo_opcode.h). The parser accepts these
+# and whatever the registry knows; whether pyxla can run an opcode is the verifier's and
+# the evaluator's business, not the parser's.
+XLA_OPCODES = frozenset("""
+abs acos acosh add add-dependency after-all all-gather all-gather-done all-gather-start
+all-reduce all-reduce-done all-reduce-start all-to-all and asin asinh async-done async-start
+async-update atan atan2 atanh batch-norm-grad batch-norm-inference batch-norm-training bitcast
+bitcast-convert broadcast call cbrt ceil cholesky clamp count-leading-zeros collective-broadcast
+collective-permute collective-permute-done collective-permute-start collective-reduce compare
+complex concatenate conditional constant convert convolution copy copy-done copy-start cosine
+cosh custom-call divide domain dot dynamic-reshape dynamic-slice dynamic-update-slice erf
+exponential exponential-minus-one fft floor fusion gather get-dimension-size get-tuple-element
+imag infeed iota is-finite log log-plus-one logistic map maximum minimum mulhi multiply negate
+not opt-barrier or outfeed pad parameter partition-id popcnt power ragged-all-to-all ragged-dot
+real recv recv-done reduce reduce-precision reduce-scatter reduce-window remainder replica-id
+reshape reverse rng rng-bit-generator rng-get-and-update-state round-nearest-afz
+round-nearest-even rsqrt scaled-dot scan scatter select select-and-scatter send send-done
+set-dimension-size shift-left shift-right-arithmetic shift-right-logical shuffle sign sine sinh
+slice sort sqrt stochastic-convert subtract tan tanh topk transpose triangular-solve tuple while
+xor
+""".split())
+
+# XLA element types pyxla does not implement: named as unsupported rather than unknown.
+_UNSUPPORTED_TYPES = frozenset("""
+s1 s2 s4 u1 u2 u4 c64 c128 f4e2m1fn f8e3m4 f8e4m3 f8e4m3fn f8e4m3b11fnuz f8e4m3fnuz f8e5m2
+f8e5m2fnuz f8e8m0fnu opaque
+""".split())
+
+_STACK_FRAME_SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+
+_MAX_NESTING = 64             # tuple shapes / tuple literals: no unbounded recursion
+_MAX_CONSTANT_RANK = 32
+_MAX_ELIDED_ELEMENTS = 1 << 24  # `constant({...})` is filled with zeros; refuse absurd sizes
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+_WS = re.compile(r"(?:[ \t\r\n\f\v]+|/\*.*?\*/|//[^\n]*)*", re.S)
+_NAME = re.compile(r"%([\w.\-]+)|([A-Za-z_][\w.\-]*)", re.A)
+_WORD = re.compile(r"[A-Za-z_][\w.\-]*", re.A)
+_TYPE_WORD = re.compile(r"([A-Za-z][A-Za-z0-9]*)[ \t]*\[", re.A)
+_UINT = re.compile(r"\d+")
+_INT = re.compile(r"[-+]?\d+")
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_SCALAR = re.compile(r"-?(?:nan(?:\(0x[0-9a-fA-F]+\))?|inf)(?![\w.])|true(?![\w.])|false(?![\w.])"
+                     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", re.A)
+_PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*")
+_DXD = re.compile(r"-?\d+(?:x-?\d+)*")
+_DIM_LABELS = re.compile(r"[\w?]+_[\w?]+->[\w?]+", re.A)
+_RAW_RUN = re.compile(r'[^"{}\[\]()\s,]+')
+_TOKEN_FOR_MESSAGE = re.compile(r'%?[\w.\-]+|"[^"\n]{0,30}"?|\S', re.A)
+
+_CLOSERS = {"{": "}", "[": "]", "(": ")"}
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?",
+            "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
-def parse_module(text: str, source: str = "<hlo>"):
-    raise NotImplementedError("the HLO text parser is not written yet")
+def parse_module(text: str, source: str = "<hlo>") -> HloModule:
+    """Parse XLA's HLO text into an HloModule (syntax and name resolution only)."""
+    if not isinstance(text, str):
+        raise TypeError(f"parse_module needs a str, got {type(text).__name__}")
+    parser = _Parser(text, source)
+    try:
+        return parser.module()
+    except ParseError:
+        raise
+    except Exception as e:  # a parser bug must still honour the one-exception contract
+        raise parser.error_at(parser.pos, f"internal parser error: {type(e).__name__}: {e}") from e
+
+
+def known_opcode(opcode: str) -> bool:
+    if opcode in XLA_OPCODES:
+        return True
+    from .ops import known_opcodes   # loads the op files: only for opcodes XLA does not have
+    return opcode in known_opcodes()
+
+
+class _ComputationScope:
+    """Instructions of the computation being parsed, by name."""
+
+    def __init__(self, comp: HloComputation):
+        self.comp = comp
+        self.by_name: dict[str, HloInstruction] = {}
+        self.parameter_numbers: dict[int, HloInstruction] = {}
+        self.root: HloInstruction | None = None
+        self.control_refs: list[tuple[str, int]] = []
+
+
+class _Parser:
+    def __init__(self, text: str, source: str):
+        self.text = text
+        self.source = source
+        self.n = len(text)
+        self.pos = 0
+        # (instruction, attribute name, [(computation name, position)], single?) resolved
+        # once every computation is read: calls may point forward.
+        self.computation_refs: list[tuple[HloInstruction, str, list[tuple[str, int]], bool]] = []
+
+    # --- errors -------------------------------------------------------------------------
+    def error_at(self, pos: int, message: str) -> ParseError:
+        text = self.text
+        if pos >= self.n:   # at end of input: point just past the last real character
+            pos = len(text.rstrip())
+        line_start = text.rfind("\n", 0, pos) + 1
+        line_end = text.find("\n", pos)
+        if line_end < 0:
+            line_end = self.n
+        line = text.count("\n", 0, pos) + 1
+        return ParseError(message, line, pos - line_start + 1, text[line_start:line_end].rstrip("\r"),
+                          self.source)
+
+    def error(self, message: str) -> ParseError:
+        self.skip_ws()
+        return self.error_at(self.pos, message)
+
+    def found(self, pos: int | None = None) -> str:
+        """The token at `pos` as error messages quote it."""
+        if pos is None:
+            self.skip_ws()
+            pos = self.pos
+        if pos >= self.n:
+            return "end of input"
+        m = _TOKEN_FOR_MESSAGE.match(self.text, pos)
+        tok = m.group() if m else self.text[pos]
+        return f"'{tok}'"
+
+    def expected(self, what: str) -> ParseError:
+        return self.error(f"expected {what}, found {self.found()}")
+
+    # --- tokens -------------------------------------------------------------------------
+    def skip_ws(self) -> None:
+        self.pos = _WS.match(self.text, self.pos).end()
+        if self.text.startswith("/*", self.pos):
+            raise self.error_at(self.pos, "unterminated comment: '/*' without '*/'")
+
+    def at_end(self) -> bool:
+        self.skip_ws()
+        return self.pos >= self.n
+
+    def peek(self) -> str:
+        self.skip_ws()
+        return self.text[self.pos] if self.pos < self.n else ""
+
+    def accept(self, token: str) -> bool:
+        self.skip_ws()
+        if self.text.startswith(token, self.pos):
+            self.pos += len(token)
+            return True
+        return False
+
+    def expect(self, token: str, context: str) -> None:
+        if not self.accept(token):
+            raise self.expected(f"'{token}' {context}")
+
+    def accept_keyword(self, word: str) -> bool:
+        self.skip_ws()
+        m = _WORD.match(self.text, self.pos)
+        if m and m.group() == word:
+            self.pos = m.end()
+            return True
+        return False
+
+    def match(self, regex: re.Pattern) -> re.Match | None:
+        self.skip_ws()
+        m = regex.match(self.text, self.pos)
+        if m:
+            self.pos = m.end()
+        return m
+
+    def name(self, what: str) -> tuple[str, int]:
+        """A name with or without its `%` sigil, and where it starts."""
+        self.skip_ws()
+        start = self.pos
+        m = self.match(_NAME)
+        if not m:
+            raise self.expected(what)
+        return m.group(1) or m.group(2), start
+
+    def integer(self, what: str, lo: int = _INT64_MIN, hi: int = _INT64_MAX) -> int:
+        self.skip_ws()
+        start = self.pos
+        m = self.match(_INT)
+        if not m:
+            raise self.expected(what)
+        value = int(m.group())
+        if not lo <= value <= hi:
+            raise self.error_at(start, f"{what} {value} is out of range [{lo}, {hi}]")
+        return value
+
+    def string(self, what: str) -> str:
+        """A double-quoted string with C escapes, unescaped."""
+        self.skip_ws()
+        start = self.pos
+        if self.peek() != '"':
+            raise self.expected(what)
+        m = _STRING.match(self.text, start)
+        if not m:
+            raise self.error_at(start, "unterminated string: '\"' without a closing '\"'")
+        self.pos = m.end()
+        return self.unescape(m.group()[1:-1], start + 1)
+
+    def unescape(self, body: str, pos: int) -> str:
+        if "\\" not in body:
+            return body
+        out = []
+        i = 0
+        while i < len(body):
+            c = body[i]
+            if c != "\\":
+                out.append(c)
+                i += 1
+                continue
+            e = body[i + 1]
+            if e in _ESCAPES:
+                out.append(_ESCAPES[e])
+                i += 2
+            elif e == "x" and re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:i + 4]):
+                digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:i + 4]).group()
+                out.append(chr(int(digits, 16)))
+                i += 2 + len(digits)
+            elif e in "01234567":
+                digits = re.match(r"[0-7]{1,3}", body[i + 1:i + 4]).group()
+                out.append(chr(int(digits, 8)))
+                i += 1 + len(digits)
+            else:
+                raise self.error_at(pos + i, f"invalid escape sequence '\\{e}' in string")
+        return "".join(out)
+
+    def raw_value(self, what: str) -> str:
+        """The exact text of a value: balanced (), [], {} and quoted strings, up to a ',' or
+        whitespace outside any bracket."""
+        self.skip_ws()
+        text, start = self.text, self.pos
+        stack: list[tuple[str, int]] = []
+        i = start
+        while i < self.n:
+            c = text[i]
+            if c == '"':
+                m = _STRING.match(text, i)
+                if not m:
+                    raise self.error_at(i, "unterminated string: '\"' without a closing '\"'")
+                i = m.end()
+                continue
+            if c in _CLOSERS:
+                stack.append((c, i))
+            elif c in "}])":
+                if not stack:
+                    break
+                opener, at = stack.pop()
+                if _CLOSERS[opener] != c:
+                    raise self.error_at(i, f"expected '{_CLOSERS[opener]}' to close '{opener}' "
+                                           f"of {what}, found '{c}'")
+            elif not stack and (c == "," or c.isspace()):
+                break
+            else:
+                m = _RAW_RUN.match(text, i)
+                if m:
+                    i = m.end()
+                    continue
+            i += 1
+        if stack:
+            opener, at = stack[-1]
+            raise self.error_at(at, f"'{opener}' of {what} is never closed")
+        if i == start:
+            raise self.error_at(start, f"expected {what}, found {self.found(start)}")
+        self.pos = i
+        return text[start:i]
+
+    # --- shapes -------------------------------------------------------------------------
+    def looks_like_shape(self) -> bool:
+        c = self.peek()
+        return c == "(" or bool(_TYPE_WORD.match(self.text, self.pos))
+
+    def shape(self, what: str = "a shape", depth: int = 0) -> Shape:
+        self.skip_ws()
+        start = self.pos
+        if self.accept("("):
+            if depth >= _MAX_NESTING:
+                raise self.error_at(start, f"tuple shape nests deeper than {_MAX_NESTING} levels")
+            elements = []
+            if not self.accept(")"):
+                while True:
+                    elements.append(self.shape("a tuple element shape", depth + 1))
+                    if self.accept(","):
+                        continue
+                    self.expect(")", "to close the tuple shape")
+                    break
+            return TupleShape(tuple(elements))
+        m = _TYPE_WORD.match(self.text, self.pos)
+        if not m:
+            raise self.expected(what)
+        word = m.group(1)
+        if word == "token":
+            self.pos = m.end()
+            self.expect("]", "after 'token['")
+            return TokenShape()
+        etype = ELEMENT_TYPES.get(word)
+        if etype is None:
+            if word in _UNSUPPORTED_TYPES:
+                raise self.error_at(start, f"element type '{word}' is not supported by pyxla")
+            raise self.error_at(start, f"unknown element type '{word}'")
+        self.pos = m.end()
+        dims = self.dimensions()
+        layout = self.layout(etype, dims)
+        return ArrayShape(etype, dims, layout)
+
+    def dimensions(self) -> tuple[int, ...]:
+        dims: list[int] = []
+        if self.accept("]"):
+            return ()
+        while True:
+            self.skip_ws()
+            start = self.pos
+            if self.text.startswith(("<=", "?"), start):
+                raise self.error_at(start, "dynamic dimensions are not supported")
+            m = self.match(_UINT)
+            if not m:
+                raise self.expected("a dimension size")
+            size = int(m.group())
+            if size > _INT64_MAX:
+                raise self.error_at(start, f"dimension size {size} is too large")
+            dims.append(size)
+            if self.accept(","):
+                continue
+            self.expect("]", "after dimensions")
+            return tuple(dims)
+
+    def layout(self, etype: ElementType, dims: tuple[int, ...]) -> tuple[int, ...] | None:
+        """`{1,0}` after an array shape: minor_to_major, None when it is the default.
+
+        A '{' is a layout only if a digit or '}' follows; otherwise it opens something else
+        (the body after a computation signature's result shape).
+        """
+        self.skip_ws()
+        start = self.pos
+        if not self.text.startswith("{", start):
+            return None
+        after = _WS.match(self.text, start + 1).end()
+        if after >= self.n or not (self.text[after].isdigit() or self.text[after] == "}"):
+            return None
+        self.pos = start + 1
+        order: list[int] = []
+        if not self.accept("}"):
+            while True:
+                order.append(self.integer("a layout dimension", 0, _INT64_MAX))
+                if self.accept(","):
+                    continue
+                if self.peek() == ":":
+                    raise self.error("layout tiling and memory spaces (':' in a layout) are not supported")
+                self.expect("}", "to close the layout")
+                break
+        if sorted(order) != list(range(len(dims))):
+            shape_text = f"{etype.name}[{','.join(map(str, dims))}]"
+            raise self.error_at(start, f"layout {{{','.join(map(str, order))}}} is not a permutation "
+                                       f"of the dimensions of {shape_text}")
+        order_t = tuple(order)
+        return None if order_t == default_layout(len(dims)) else order_t
+
+    # --- module -------------------------------------------------------------------------
+    def module(self) -> HloModule:
+        if not self.accept_keyword("HloModule"):
+            raise self.expected("'HloModule' at the start of the module")
+        self.skip_ws()
+        m = self.match(re.compile(r"%?([\w.\-]+)", re.A))
+        if not m:
+            raise self.expected("a module name after 'HloModule'")
+        module = HloModule(m.group(1))
+        while self.accept(","):
+            key, key_pos = self.attribute_name()
+            if key in module.header_attrs:
+                raise self.error_at(key_pos, f"duplicate module attribute '{key}'")
+            module.header_attrs[key] = self.raw_value(f"the value of module attribute '{key}'")
+        self.skip_stack_frames()
+
+        computations: dict[str, HloComputation] = {}
+        while not self.at_end():
+            comp, is_entry, entry_pos = self.computation(computations)
+            if is_entry:
+                if module.entry is not None:
+                    raise self.error_at(entry_pos, f"second ENTRY computation '{comp.name}' "
+                                                   f"(the first is '{module.entry.name}')")
+                module.entry = comp
+            computations[comp.name] = comp
+            module.computations.append(comp)
+        if not module.computations:
+            raise self.error_at(self.n, "expected a computation, found end of input")
+        if module.entry is None:
+            raise self.error_at(self.n, "no ENTRY computation: mark one computation with 'ENTRY'")
+        self.resolve_computation_refs(computations)
+        return module
+
+    def attribute_name(self) -> tuple[str, int]:
+        self.skip_ws()
+        start = self.pos
+        m = self.match(_WORD)
+        if not m:
+            raise self.expected("an attribute name")
+        name = m.group()
+        self.expect("=", f"after attribute name '{name}'")
+        return name, start
+
+    def skip_stack_frames(self) -> None:
+        """The FileNames / FunctionNames / FileLocations / StackFrames tables of a dump."""
+        while True:
+            self.skip_ws()
+            m = _WORD.match(self.text, self.pos)
+            if not m or m.group() not in _STACK_FRAME_SECTIONS:
+                return
+            after = _WS.match(self.text, m.end()).end()
+            if self.text.startswith(("{", "(", "="), after):   # a computation of that name
+                return
+            self.pos = m.end()
+            while self.match(_UINT):
+                if self.peek() == '"':
+                    self.string("a stack-frame table entry")
+                elif self.peek() == "{":
+                    self.raw_value("a stack-frame table entry")
+                else:
+                    raise self.expected("a string or '{' in the stack-frame table")
+
+    # --- computations -------------------------------------------------------------------
+    def computation(self, known: dict[str, HloComputation]) -> tuple[HloComputation, bool, int]:
+        self.skip_ws()
+        entry_pos = self.pos
+        is_entry = self.accept_keyword("ENTRY")
+        name, name_pos = self.name("a computation name" if not is_entry else "a computation name after 'ENTRY'")
+        if name in known:
+            raise self.error_at(name_pos, f"duplicate computation name '{name}'")
+        if self.peek() == "(":
+            self.signature()
+        self.expect("{", f"to start the body of computation '{name}'")
+        comp = HloComputation(name)
+        scope = _ComputationScope(comp)
+        while not self.accept("}"):
+            if self.at_end():
+                raise self.expected(f"an instruction or '}}' to close computation '{name}'")
+            self.instruction(scope)
+        if not comp.instructions:
+            raise self.error_at(self.pos - 1, f"computation '{name}' has no instructions")
+        comp.root = scope.root if scope.root is not None else comp.instructions[-1]
+        for ref, pos in scope.control_refs:
+            if ref not in scope.by_name:
+                raise self.error_at(pos, f"undefined control predecessor '{ref}' in computation '{name}'")
+        return comp, is_entry, entry_pos
+
+    def signature(self) -> None:
+        """`(p: f32[2], q: s32[]) -> f32[2]`: checked for syntax, otherwise redundant."""
+        self.expect("(", "to start the computation signature")
+        if not self.accept(")"):
+            while True:
+                self.name("a parameter name in the signature")
+                self.expect(":", "after the parameter name in the signature")
+                self.shape("a parameter shape in the signature")
+                if self.accept(","):
+                    continue
+                self.expect(")", "to close the computation signature")
+                break
+        self.expect("->", "after the signature's parameters")
+        self.shape("the result shape of the signature")
+
+    # --- instructions -------------------------------------------------------------------
+    def instruction(self, scope: _ComputationScope) -> None:
+        self.skip_ws()
+        root_pos = self.pos
+        is_root = self.accept_keyword("ROOT")
+        name, name_pos = self.name("an instruction name" + (" after 'ROOT'" if is_root else " or '}'"))
+        if name in scope.by_name:
+            raise self.error_at(name_pos, f"duplicate instruction name '{name}' in computation "
+                                          f"'{scope.comp.name}'")
+        self.expect("=", f"after instruction name '{name}'")
+        shape = self.shape(f"a shape for instruction '{name}'")
+        self.skip_ws()
+        opcode_pos = self.pos
+        m = self.match(_WORD)
+        if not m:
+            raise self.expected(f"an opcode for instruction '{name}'")
+        opcode = m.group()
+        if not known_opcode(opcode):
+            raise self.error_at(opcode_pos, f"unknown opcode '{opcode}'")
+        self.expect("(", f"after opcode '{opcode}'")
+        instr = HloInstruction(name, opcode, shape)
+        if opcode == "parameter":
+            self.skip_ws()
+            number_pos = self.pos
+            instr.parameter_number = self.integer("a parameter number", 0, _INT64_MAX)
+            if instr.parameter_number in scope.parameter_numbers:
+                other = scope.parameter_numbers[instr.parameter_number]
+                raise self.error_at(number_pos, f"parameter number {instr.parameter_number} is already "
+                                                f"used by '{other.name}'")
+            scope.parameter_numbers[instr.parameter_number] = instr
+            self.expect(")", "after the parameter number")
+        elif opcode == "constant":
+            instr.literal = self.literal(shape)
+            self.expect(")", "after the constant's literal")
+        else:
+            instr.operands = self.operands(scope)
+        self.attributes(instr, scope)
+        scope.by_name[name] = instr
+        scope.comp.add_instruction(instr)
+        if is_root:
+            if scope.root is not None:
+                raise self.error_at(root_pos, f"second ROOT in computation '{scope.comp.name}' "
+                                              f"(the first is '{scope.root.name}')")
+            scope.root = instr
+
+    def operands(self, scope: _ComputationScope) -> list[HloInstruction]:
+        operands: list[HloInstruction] = []
+        if self.accept(")"):
+            return operands
+        while True:
+            self.skip_ws()
+            start = self.pos
+            declared = self.shape("an operand shape") if self.looks_like_shape() else None
+            name, name_pos = self.name("an operand name")
+            operand = scope.by_name.get(name)
+            if operand is None:
+                raise self.error_at(name_pos, f"undefined operand '{name}'")
+            if declared is not None and not declared.compatible(operand.shape):
+                raise self.error_at(start, f"operand '{name}' is written as {declared.to_text(False)} "
+                                           f"but its shape is {operand.shape.to_text(False)}")
+            operands.append(operand)
+            if self.accept(","):
+                continue
+            self.expect(")", "after the operands")
+            return operands
+
+    def attributes(self, instr: HloInstruction, scope: _ComputationScope) -> None:
+        while self.accept(","):
+            name, name_pos = self.attribute_name()
+            if name in instr.attrs:
+                raise self.error_at(name_pos, f"duplicate attribute '{name}' on instruction '{instr.name}'")
+            instr.attrs[name] = self.attribute_value(name, instr, scope)
+
+    # --- attribute values, by kind (attributes.py) --------------------------------------
+    def attribute_value(self, name: str, instr: HloInstruction, scope: _ComputationScope) -> Any:
+        kind = attribute_kind(name)
+        what = f"the value of attribute '{name}'"
+        if kind == "ints":
+            return tuple(self.braced_list(lambda: self.integer(f"an integer in '{name}'"), what))
+        if kind == "int":
+            return self.integer(f"an integer for attribute '{name}'")
+        if kind == "bool":
+            m = self.match(re.compile(r"(true|false)(?![\w.\-])"))
+            if not m:
+                raise self.expected(f"true or false for attribute '{name}'")
+            return m.group(1) == "true"
+        if kind == "enum":
+            m = self.match(_WORD)
+            if not m:
+                raise self.expected(f"a name for attribute '{name}'")
+            return m.group()
+        if kind == "string":
+            return self.string(f'a quoted string for attribute \'{name}\'')
+        if kind == "computation":
+            ref = self.name(f"a computation name for attribute '{name}'")
+            self.computation_refs.append((instr, name, [ref], True))
+            return ref[0]
+        if kind == "computations":
+            refs = self.braced_list(lambda: self.name(f"a computation name in '{name}'"), what)
+            self.computation_refs.append((instr, name, refs, False))
+            return tuple(r[0] for r in refs)
+        if kind == "names":
+            refs = self.braced_list(lambda: self.name(f"an instruction name in '{name}'"), what)
+            scope.control_refs.extend(refs)
+            return tuple(r[0] for r in refs)
+        if kind == "slice":
+            return tuple(self.braced_list(self.slice_dim, what))
+        if kind == "padding":
+            return self.padding()
+        if kind == "window":
+            return self.window()
+        if kind == "dim_labels":
+            self.skip_ws()
+            start = self.pos
+            m = self.match(_DIM_LABELS)
+            if not m:
+                raise self.expected("dim_labels such as b01f_01io->b01f")
+            try:
+                return ConvDimensionNumbers.from_labels(m.group())
+            except ValueError as e:
+                raise self.error_at(start, str(e)) from None
+        if kind == "metadata":
+            return self.metadata()
+        return self.raw_value(what)
+
+    def braced_list(self, item, what: str) -> list:
+        """`{a, b, c}` (possibly empty) with `item()` parsing one element."""
+        self.expect("{", f"to start {what}")
+        out = []
+        if self.accept("}"):
+            return out
+        while True:
+            out.append(item())
+            if self.accept(","):
+                continue
+            self.expect("}", f"to close {what}")
+            return out
+
+    def slice_dim(self) -> SliceDim:
+        self.expect("[", "to start a slice range [start:limit:stride]")
+        start = self.integer("a slice start")
+        self.expect(":", "after the slice start")
+        limit = self.integer("a slice limit")
+        stride = self.integer("a slice stride") if self.accept(":") else 1
+        self.expect("]", "to close the slice range")
+        return SliceDim(start, limit, stride)
+
+    def int_parts(self, text: str, start: int) -> list[int]:
+        """The integers of a `1_-2_0` / `2x2` piece, each within int64."""
+        values = [int(v) for v in re.findall(r"-?\d+", text)]
+        for v in values:
+            if not _INT64_MIN <= v <= _INT64_MAX:
+                raise self.error_at(start, f"value {v} in '{text}' is out of range")
+        return values
+
+    def padding(self) -> tuple[PadDim, ...]:
+        right_after_equals = self.pos
+        self.skip_ws()
+        start = self.pos
+        m = self.match(_PADDING)
+        if not m:
+            # A rank-0 pad prints an empty config: `padding=` followed by ',' or the line's end.
+            if right_after_equals >= self.n or self.text[right_after_equals] in ",\r\n":
+                return ()
+            raise self.expected("padding such as 0_1x2_2_1 (low_high[_interior] per dimension)")
+        dims = []
+        for part in m.group().split("x"):
+            values = self.int_parts(part, start)
+            dims.append(PadDim(*values))
+        return tuple(dims)
+
+    def window(self) -> tuple[WindowDim, ...]:
+        """`{size=2x2 stride=2x1 pad=0_0x1_1 lhs_dilate=.. rhs_dilate=.. rhs_reversal=0x1}`."""
+        self.expect("{", "to start the window")
+        fields: dict[str, list] = {}
+        rank = None
+        while not self.accept("}"):
+            self.skip_ws()
+            key_pos = self.pos
+            m = self.match(_WORD)
+            if not m:
+                raise self.expected("a window field (size, stride, pad, lhs_dilate, rhs_dilate, "
+                                    "rhs_reversal) or '}'")
+            key = m.group()
+            if key not in ("size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal"):
+                raise self.error_at(key_pos, f"unknown window field '{key}'")
+            if key in fields:
+                raise self.error_at(key_pos, f"duplicate window field '{key}'")
+            self.expect("=", f"after window field '{key}'")
+            self.skip_ws()
+            value_pos = self.pos
+            if key == "pad":
+                m = self.match(re.compile(r"-?\d+_-?\d+(?:x-?\d+_-?\d+)*"))
+                if not m:
+                    raise self.expected("window padding such as 0_0x1_1")
+                values = [tuple(self.int_parts(p, value_pos)) for p in m.group().split("x")]
+            else:
+                m = self.match(_DXD)
+                if not m:
+                    raise self.expected(f"window {key} such as 2x2")
+                values = [self.int_parts(p, value_pos)[0] for p in m.group().split("x")]
+                if key == "rhs_reversal" and any(v not in (0, 1) for v in values):
+                    raise self.error_at(value_pos, "rhs_reversal values must be 0 or 1")
+            if rank is not None and len(values) != rank:
+                raise self.error_at(value_pos, f"window {key} has {len(values)} dimensions, "
+                                               f"the other fields have {rank}")
+            rank = len(values)
+            fields[key] = values
+        if rank is None:
+            return ()
+        if "size" not in fields:
+            raise self.error_at(self.pos - 1, "window needs a size")
+        dims = []
+        for i in range(rank):
+            pad = fields["pad"][i] if "pad" in fields else (0, 0)
+            dims.append(WindowDim(
+                size=fields["size"][i],
+                stride=fields["stride"][i] if "stride" in fields else 1,
+                pad_low=pad[0], pad_high=pad[1],
+                lhs_dilate=fields["lhs_dilate"][i] if "lhs_dilate" in fields else 1,
+                rhs_dilate=fields["rhs_dilate"][i] if "rhs_dilate" in fields else 1,
+                reversal=bool(fields["rhs_reversal"][i]) if "rhs_reversal" in fields else False))
+        return tuple(dims)
+
+    def metadata(self) -> dict:
+        """`{op_name="x" source_line=3 preserve_layout=true profile_type={a,b}}`."""
+        self.expect("{", "to start the metadata")
+        out: dict[str, Any] = {}
+        while not self.accept("}"):
+            self.accept(",")
+            self.skip_ws()
+            key_pos = self.pos
+            m = self.match(_WORD)
+            if not m:
+                raise self.expected("a metadata field or '}'")
+            key = m.group()
+            if key in out:
+                raise self.error_at(key_pos, f"duplicate metadata field '{key}'")
+            self.expect("=", f"after metadata field '{key}'")
+            c = self.peek()
+            if c == '"':
+                out[key] = self.string(f"a string for metadata field '{key}'")
+            elif c == "{":
+                out[key] = tuple(w for w, _ in self.braced_list(
+                    lambda: self.name(f"a name in metadata field '{key}'"), f"metadata field '{key}'"))
+            elif self.accept_keyword("true"):
+                out[key] = True
+            elif self.accept_keyword("false"):
+                out[key] = False
+            else:
+                out[key] = self.integer(f"a value for metadata field '{key}'")
+        return out
+
+    # --- literals -----------------------------------------------------------------------
+    def literal(self, shape: Shape, depth: int = 0) -> Any:
+        self.skip_ws()
+        if isinstance(shape, TupleShape):
+            if depth >= _MAX_NESTING:
+                raise self.error(f"tuple literal nests deeper than {_MAX_NESTING} levels")
+            self.expect("(", f"to start the tuple literal of {shape.to_text(False)}")
+            values = []
+            for i, element in enumerate(shape.elements):
+                if i:
+                    self.expect(",", "between tuple literal elements")
+                values.append(self.literal(element, depth + 1))
+            self.expect(")", f"to close the tuple literal of {shape.to_text(False)}")
+            return tuple(values)
+        if not isinstance(shape, ArrayShape):
+            raise self.error(f"a constant cannot have shape {shape.to_text(False)}")
+        if shape.rank == 0:
+            start = self.pos
+            m = self.match(_SCALAR)
+            if not m:
+                raise self.expected(f"a scalar literal of type {shape.dtype.name}")
+            return _elements_to_array(self, [m.group()], [start], shape.dtype).reshape(())
+        if shape.rank > _MAX_CONSTANT_RANK:
+            raise self.error(f"constants of rank {shape.rank} are not supported "
+                             f"(at most {_MAX_CONSTANT_RANK})")
+        return self.array_literal(shape)
+
+    def array_literal(self, shape: ArrayShape) -> np.ndarray:
+        """Nested braces, one level per dimension; `{...}` (an elided literal) gives zeros."""
+        text, dims, rank = self.text, shape.dims, shape.rank
+        shape_text = shape.to_text(False)
+        self.skip_ws()
+        if not text.startswith("{", self.pos):
+            raise self.expected(f"'{{' to start the literal of {shape_text}")
+        self.pos += 1
+        if self.accept("..."):
+            self.expect("}", "after '{...'")
+            if shape.size > _MAX_ELIDED_ELEMENTS:
+                raise self.error_at(self.pos - 1, f"elided constant of {shape_text} is too large to fill")
+            return np.zeros(dims, dtype=shape.dtype.np_dtype)
+        counts = [0] * rank
+        surplus_at: list[int | None] = [None] * rank
+        level = 1                 # how many '{' are open
+        after_item = False        # the last thing read in this list was an element
+        tokens: list[str] = []
+        positions: list[int] = []
+        ws = _WS
+        while True:
+            pos = ws.match(text, self.pos).end()
+            self.pos = pos
+            c = text[pos] if pos < self.n else ""
+            if c == "}":
+                d = level - 1
+                if not after_item and counts[d]:
+                    raise self.error_at(pos, "expected a literal element after ','")
+                if counts[d] != dims[d]:
+                    where = surplus_at[d] if surplus_at[d] is not None else pos
+                    raise self.error_at(where, _count_message(counts[d], d, dims, shape_text))
+                self.pos = pos + 1
+                level -= 1
+                if level == 0:
+                    break
+                after_item = True
+                continue
+            if after_item:
+                if c != ",":
+                    raise self.expected(f"',' or '}}' in the literal of {shape_text}")
+                self.pos = pos + 1
+                after_item = False
+                continue
+            d = level - 1
+            counts[d] += 1
+            if counts[d] == dims[d] + 1:
+                surplus_at[d] = pos
+            if level < rank:
+                if c != "{":
+                    raise self.expected(f"'{{' for dimension {level} of {shape_text}")
+                level += 1
+                counts[level - 1] = 0
+                self.pos = pos + 1
+                continue
+            if c == "{":
+                raise self.error_at(pos, f"literal nests deeper than the rank of {shape_text}")
+            m = _SCALAR.match(text, pos)
+            if not m:
+                raise self.expected(f"a literal element of type {shape.dtype.name}")
+            tokens.append(m.group())
+            positions.append(pos)
+            self.pos = m.end()
+            after_item = True
+        return _elements_to_array(self, tokens, positions, shape.dtype).reshape(dims)
+
+    # --- name resolution ----------------------------------------------------------------
+    def resolve_computation_refs(self, computations: dict[str, HloComputation]) -> None:
+        for instr, attr, refs, single in self.computation_refs:
+            resolved = []
+            for ref, pos in refs:
+                comp = computations.get(ref)
+                if comp is None:
+                    raise self.error_at(pos, f"computation '{ref}' is not defined")
+                resolved.append(comp)
+            instr.attrs[attr] = resolved[0] if single else tuple(resolved)
+            if instr.opcode == "fusion" and attr == "calls":
+                resolved[0].is_fusion_computation = True
+
+
+def _count_message(count: int, d: int, dims: tuple[int, ...], shape_text: str) -> str:
+    noun = "element" if count == 1 else "elements"
+    if len(dims) == 1:
+        return f"literal has {count} {noun}, shape {shape_text} needs {dims[0]}"
+    return f"literal has {count} {noun} in dimension {d}, shape {shape_text} needs {dims[d]}"
+
+
+def _elements_to_array(parser: _Parser, tokens: list[str], positions: list[int],
+                       etype: ElementType) -> np.ndarray:
+    """Literal element texts as a 1-D array of `etype`'s storage dtype; a value that does not
+    fit the type is a ParseError at that element."""
+    if etype.kind == "pred":
+        values = []
+        for tok, pos in zip(tokens, positions):
+            if tok in ("true", "1"):
+                values.append(True)
+            elif tok in ("false", "0"):
+                values.append(False)
+            else:
+                raise parser.error_at(pos, f"a pred literal element is true, false, 1 or 0, found '{tok}'")
+        return np.array(values, dtype=np.bool_)
+    if etype.is_integral:
+        info = np.iinfo(etype.np_dtype)
+        values = []
+        for tok, pos in zip(tokens, positions):
+            if not _INT.fullmatch(tok):
+                raise parser.error_at(pos, f"expected an integer for a {etype.name} literal, found '{tok}'")
+            v = int(tok)
+            if not info.min <= v <= info.max:
+                raise parser.error_at(pos, f"value {v} is out of range for {etype.name} "
+                                           f"[{info.min}, {info.max}]")
+            values.append(v)
+        return np.array(values, dtype=etype.np_dtype)
+    return _floats_to_array(parser, tokens, positions, etype)
+
+
+def _floats_to_array(parser: _Parser, tokens, positions, etype: ElementType) -> np.ndarray:
+    """Decimal -> double -> the target type, as XLA's parser rounds (f16/bf16 via f32).
+
+    NaNs get their exact bits: sign, all-ones exponent, and the payload written as
+    `nan(0x..)` or, by default, the quiet bit alone.
+    """
+    fmt = FLOAT_FORMATS[etype.name]
+    doubles = []
+    nans: list[tuple[int, bool, int]] = []   # (index, negative, payload)
+    for i, (tok, pos) in enumerate(zip(tokens, positions)):
+        if tok in ("true", "false"):
+            raise parser.error_at(pos, f"expected a number for a {etype.name} literal, found '{tok}'")
+        if "nan" in tok:
+            negative = tok.startswith("-")
+            payload = fmt.quiet_nan_payload
+            if "(" in tok:
+                payload = int(tok[tok.index("(") + 3:-1], 16)
+                if not 0 < payload < (1 << fmt.mantissa_bits):
+                    raise parser.error_at(pos, f"NaN payload {payload:#x} does not fit the "
+                                               f"{fmt.mantissa_bits} mantissa bits of {etype.name}")
+            nans.append((i, negative, payload))
+            doubles.append(math.nan)
+        else:
+            value = float(tok)
+            if math.isinf(value) and "inf" not in tok:
+                raise parser.error_at(pos, f"value {tok} is out of range for {etype.name}")
+            doubles.append(value)
+    with np.errstate(over="ignore", invalid="ignore"):
+        wide = np.array(doubles, dtype=np.float64)
+        arr = wide if etype.name == "f64" else wide.astype(np.float32)
+        if etype.name in ("f16", "bf16"):
+            arr = arr.astype(etype.np_dtype)
+    overflow = np.isinf(arr.astype(np.float64)) & np.isfinite(wide)
+    if overflow.any():
+        i = int(np.argmax(overflow))
+        raise parser.error_at(positions[i], f"value {tokens[i]} is out of range for {etype.name}")
+    if nans:
+        bits = arr.view(fmt.uint_dtype)
+        for i, negative, payload in nans:
+            bits[i] = fmt.nan_bits(negative, payload)
+    return arr

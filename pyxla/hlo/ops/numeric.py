@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import ElementType
+from ..types import BF16, F32, ElementType
 
 _TINY = {np.dtype(np.float32): np.finfo(np.float32).tiny, np.dtype(np.float64): np.finfo(np.float64).tiny}
 
@@ -50,3 +50,81 @@ def narrow(x: np.ndarray, etype: ElementType) -> np.ndarray:
             return x.astype(etype.np_dtype)
         return flush_denormals(x.astype(etype.np_dtype))
     return x.astype(etype.np_dtype)
+
+
+# --- bit patterns ---------------------------------------------------------------------
+
+def unsigned_bits(x: np.ndarray) -> np.ndarray:
+    """The same memory read as unsigned integers of the element's width (no copy)."""
+    x = np.asarray(x)
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+def signed_bits(x: np.ndarray) -> np.ndarray:
+    """The same memory read as signed (two's complement) integers of the element's width."""
+    x = np.asarray(x)
+    return x.view(np.dtype(f"i{x.dtype.itemsize}"))
+
+
+# --- convert --------------------------------------------------------------------------
+
+def convert_elements(x: np.ndarray, source: ElementType, target: ElementType) -> np.ndarray:
+    """XLA CPU's `convert` of values of `source` to `target`.
+
+    - to pred: x != 0 (NaN is true; an f32/f64 subnormal reads as zero: DAZ).
+    - pred to a number: 0 or 1.
+    - integer to integer: two's complement wrap or extension by the source's signedness.
+    - integer to float: one rounding to nearest even; to bf16 through f32, as XLA does.
+    - float to integer: truncation toward zero, saturating at the target's range, NaN -> 0.
+    - float to float: see _float_to_float.
+    """
+    x = np.asarray(x)
+    if source == target:
+        return x
+    if target.is_pred:
+        return (widen(x) if source.is_float else x) != 0
+    if source.is_pred:
+        x = x.astype(np.uint8)
+    if target.is_float:
+        if source.is_float:
+            return _float_to_float(x, source, target)
+        if target == BF16:
+            return x.astype(np.float32).astype(target.np_dtype)
+        return x.astype(target.np_dtype)
+    if source.is_float:
+        return _float_to_int_saturating(x, target)
+    return x.astype(target.np_dtype)
+
+
+def _hardware_float_cast(x: np.ndarray, dtype) -> np.ndarray:
+    """An f16/f32/f64 conversion instruction: DAZ on its input, FTZ on its output."""
+    return flush_denormals(flush_denormals(x).astype(dtype))
+
+
+def _float_to_float(x: np.ndarray, source: ElementType, target: ElementType) -> np.ndarray:
+    """bf16 -> f32 and f32 -> bf16 are bit operations in XLA (they keep subnormals); the
+    other conversions are conversion instructions (DAZ/FTZ). bf16 to or from anything but
+    f32 goes through f32, so f64 -> bf16 rounds twice, as XLA does."""
+    if source == BF16:
+        x, source = x.astype(np.float32), F32
+        if target == F32:
+            return x
+    if target == BF16:
+        if source != F32:
+            x = _hardware_float_cast(x, np.float32)
+        return x.astype(target.np_dtype)
+    return _hardware_float_cast(x, target.np_dtype)
+
+
+def _float_to_int_saturating(x: np.ndarray, target: ElementType) -> np.ndarray:
+    info = np.iinfo(target.np_dtype)
+    v = x.astype(np.float64)   # exact for every float type
+    # Values at or past a limit saturate. XLA compares with the limit rounded to the source
+    # type (INT32_MAX as f32 is 2**31); no float lies between a limit and its rounding, so
+    # comparing in f64 picks the same elements, and every value inside truncates into range.
+    lo, hi = float(info.min), float(info.max)
+    inside = (v > lo) & (v < hi)
+    truncated = np.trunc(np.where(inside, v, 0.0)).astype(target.np_dtype)
+    low = np.array(info.min, target.np_dtype)
+    high = np.array(info.max, target.np_dtype)
+    return np.where(v <= lo, low, np.where(v >= hi, high, truncated))   # NaN: neither, so 0

@@ -201,7 +201,7 @@ def _reduce_evaluate(instr, operands, ctx):
     # index order (what "lowest index" means for argmax ties).
     xs = [np.transpose(x, kept + reduced).reshape(kept_dims + (count,)) for x in inputs]
     results = fold_lanes(ctx, instr.attrs["to_apply"], inits, xs)
-    results = [np.ascontiguousarray(r) for r in results]
+    results = [np.array(r) for r in results]
     return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
 
 
@@ -290,7 +290,7 @@ def _reduce_window_evaluate(instr, operands, ctx):
         results = [np.full(out_dims, v, dtype=np.asarray(v).dtype) for v in inits]
     else:
         lanes = [_window_lanes(x, v, window, out_dims) for x, v in zip(inputs, inits)]
-        results = [np.ascontiguousarray(r) for r in fold_lanes(ctx, comp, inits, lanes)]
+        results = [np.array(r) for r in fold_lanes(ctx, comp, inits, lanes)]
     return tuple(results) if isinstance(instr.shape, TupleShape) else results[0]
 
 

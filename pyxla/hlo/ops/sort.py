@@ -88,11 +88,10 @@ def _merge_runs(columns: list[np.ndarray], width: int, less: Less) -> np.ndarray
 
 def sort_along(arrays: list[np.ndarray], dimension: int, less: Less) -> list[np.ndarray]:
     """`arrays` (same shape) sorted together along `dimension` by `less` on their values."""
-    shape = arrays[0].shape
-    n = shape[dimension]
-    rows = [np.moveaxis(a, dimension, -1).reshape(-1, n) for a in arrays]
-    if rows[0].size == 0:
+    if arrays[0].size == 0:
         return [a.copy() for a in arrays]
+    n = arrays[0].shape[dimension]
+    rows = [np.moveaxis(a, dimension, -1).reshape(-1, n) for a in arrays]
     order = stable_sort_order(rows, less)
     moved_shape = np.moveaxis(arrays[0], dimension, -1).shape
     return [np.moveaxis(np.take_along_axis(r, order, axis=1).reshape(moved_shape), -1, dimension)
@@ -183,7 +182,7 @@ def _first_k(values: np.ndarray, keys: np.ndarray | None, k: int, less: Less) ->
     indices = np.broadcast_to(np.arange(values.shape[-1], dtype=np.int32), values.shape)
     _, order = sort_along([values if keys is None else keys, indices], values.ndim - 1, less)
     order = order[..., :k]
-    return np.take_along_axis(values, order, axis=-1), np.ascontiguousarray(order)
+    return np.take_along_axis(values, order, axis=-1), order.copy()
 
 
 def _topk_evaluate(instr, operands, ctx):

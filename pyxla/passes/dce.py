@@ -1,0 +1,46 @@
+"""Dead code elimination: drop instructions nothing needs, and computations nothing calls."""
+from __future__ import annotations
+
+from ..hlo.module import HloModule
+from ..hlo.ops import op_def
+from .hlo_pass import hlo_pass
+
+
+def _has_side_effects(instr) -> bool:
+    if instr.opcode == "custom-call":
+        return bool(instr.attrs.get("custom_call_has_side_effect"))
+    try:
+        return op_def(instr.opcode).side_effects
+    except NotImplementedError:
+        return True   # unknown: keep it
+
+
+@hlo_pass("dce")
+def dead_code_elimination(module: HloModule) -> bool:
+    """Remove instructions that do not reach ROOT and have no side effects; remove uncalled computations."""
+    changed = False
+    for comp in module.computations:
+        live: set[int] = set()
+        stack = [comp.root] + [i for i in comp.instructions if _has_side_effects(i) or i.opcode == "parameter"]
+        while stack:
+            instr = stack.pop()
+            if id(instr) in live:
+                continue
+            live.add(id(instr))
+            stack.extend(instr.operands)
+        dead = [i for i in comp.instructions if id(i) not in live]
+        for instr in dead:
+            for op in instr.operands:
+                if instr in op.users:
+                    op.users.remove(instr)
+            instr.users.clear()
+            instr.parent = None
+        if dead:
+            comp.instructions = [i for i in comp.instructions if id(i) in live]
+            changed = True
+    reachable = {id(c) for c in module.reachable_computations()}
+    kept = [c for c in module.computations if id(c) in reachable]
+    if len(kept) != len(module.computations):
+        module.computations = kept
+        changed = True
+    return changed
