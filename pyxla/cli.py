@@ -3,6 +3,7 @@
     pyxla run MODULE.hlo --inputs IN.npz [--out OUT.npz] [--backend interpreter] [--quiet]
     pyxla fmt MODULE.hlo
     pyxla check CORPUS_DIR [--backend NAME] [--level module|optimized|both]
+    pyxla opt MODULE.hlo [--passes p1,p2,...] | pyxla opt --list
 
 Arrays go in and out as .npz files named arg0..argN and out0..outM; bf16 is stored as
 uint16 bit patterns, as in the conformance corpus.
@@ -22,6 +23,7 @@ from .errors import PyxlaError
 from .hlo.parser import parse_module
 from .hlo.printer import print_module
 from .hlo.shape import ArrayShape
+from .hlo.verifier import verify_module
 
 
 def _read_module(path: str):
@@ -74,6 +76,28 @@ def cmd_fmt(ns) -> int:
     return 0
 
 
+def cmd_opt(ns) -> int:
+    from .passes.pipeline import all_passes, describe_pipeline, run_pipeline
+
+    if ns.list:
+        print(describe_pipeline())
+        return 0
+    if not ns.module:
+        raise PyxlaError("pyxla opt needs MODULE.hlo (or --list)")
+    module = _read_module(ns.module)
+    verify_module(module)
+    items = None
+    if ns.passes:
+        known = all_passes()
+        unknown = [p for p in ns.passes.split(",") if p not in known]
+        if unknown:
+            raise PyxlaError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        items = [known[p] for p in ns.passes.split(",")]
+    run_pipeline(module, items)
+    sys.stdout.write(print_module(module))
+    return 0
+
+
 def cmd_check(ns) -> int:
     from .conformance import case_dirs, load_case, run_case
 
@@ -115,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = sub.add_parser("fmt", help="print an HLO module in canonical text")
     fmt.add_argument("module")
     fmt.set_defaults(func=cmd_fmt)
+
+    opt = sub.add_parser("opt", help="optimise an HLO module and print it")
+    opt.add_argument("module", nargs="?")
+    opt.add_argument("--passes", help="comma-separated pass names instead of the default pipeline")
+    opt.add_argument("--list", action="store_true", help="print the default pipeline")
+    opt.set_defaults(func=cmd_opt)
 
     check = sub.add_parser("check", help="run a conformance corpus and compare with its outputs")
     check.add_argument("corpus")

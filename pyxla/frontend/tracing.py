@@ -167,6 +167,10 @@ class Trace:
         return False
 
     def new_parameter(self, shape: Shape, name: str | None = None, weak: bool = False) -> Tracer:
+        if self.parent is not None:
+            # A nested computation (loop body, reducer) ends up in the same module as its
+            # parent, where instruction names must be unique: prefix its computation's name.
+            name = f"{self.name}.{name or 'param'}"
         instr = self.builder.parameter(shape, name, number=self.num_parameters)
         self.num_parameters += 1
         return Tracer(instr, self, weak)

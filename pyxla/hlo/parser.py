@@ -35,7 +35,7 @@ from .instruction import HloInstruction
 from .module import HloModule
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, default_layout
 from .types import ELEMENT_TYPES, ElementType
-from .printer import FLOAT_FORMATS
+from .printer import FLOAT_FORMATS, utf8_bytes
 
 # Every opcode of XLA's HloOpcode list (xla/hlo/ir/hlo_opcode.h). The parser accepts these
 # and whatever the registry knows; whether pyxla can run an opcode is the verifier's and
@@ -237,31 +237,32 @@ class _Parser:
         return self.unescape(m.group()[1:-1], start + 1)
 
     def unescape(self, body: str, pos: int) -> str:
+        """C escapes (absl::CUnescape): octal and hex escapes are bytes of UTF-8 text."""
         if "\\" not in body:
             return body
-        out = []
+        out = bytearray()
         i = 0
         while i < len(body):
             c = body[i]
             if c != "\\":
-                out.append(c)
+                out += utf8_bytes(c)
                 i += 1
                 continue
             e = body[i + 1]
+            octal = re.match(r"[0-7]{1,3}", body[i + 1:i + 4])
+            hexa = re.match(r"x([0-9a-fA-F]{1,2})", body[i + 1:i + 4])
             if e in _ESCAPES:
-                out.append(_ESCAPES[e])
+                out += _ESCAPES[e].encode()
                 i += 2
-            elif e == "x" and re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:i + 4]):
-                digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:i + 4]).group()
-                out.append(chr(int(digits, 16)))
-                i += 2 + len(digits)
-            elif e in "01234567":
-                digits = re.match(r"[0-7]{1,3}", body[i + 1:i + 4]).group()
-                out.append(chr(int(digits, 8)))
-                i += 1 + len(digits)
+            elif octal and int(octal.group(), 8) < 256:
+                out.append(int(octal.group(), 8))
+                i += 1 + len(octal.group())
+            elif hexa:
+                out.append(int(hexa.group(1), 16))
+                i += 1 + len(hexa.group())
             else:
                 raise self.error_at(pos + i, f"invalid escape sequence '\\{e}' in string")
-        return "".join(out)
+        return out.decode("utf-8", "surrogateescape")
 
     def raw_value(self, what: str) -> str:
         """The exact text of a value: balanced (), [], {} and quoted strings, up to a ',' or
@@ -499,11 +500,17 @@ class _Parser:
     def instruction(self, scope: _ComputationScope) -> None:
         self.skip_ws()
         root_pos = self.pos
+        if self.accept_keyword("ENTRY"):
+            raise self.error_at(root_pos, f"expected '}}' to close computation '{scope.comp.name}' "
+                                          "before the next computation, found 'ENTRY'")
         is_root = self.accept_keyword("ROOT")
         name, name_pos = self.name("an instruction name" + (" after 'ROOT'" if is_root else " or '}'"))
         if name in scope.by_name:
             raise self.error_at(name_pos, f"duplicate instruction name '{name}' in computation "
                                           f"'{scope.comp.name}'")
+        if self.peek() in ("{", "("):   # `name {`: a computation header, so a '}' is missing
+            raise self.expected(f"'=' after instruction name '{name}' (or a '}}' to close "
+                                f"computation '{scope.comp.name}')")
         self.expect("=", f"after instruction name '{name}'")
         shape = self.shape(f"a shape for instruction '{name}'")
         self.skip_ws()

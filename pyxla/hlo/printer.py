@@ -71,7 +71,8 @@ def print_module(module, *, print_metadata: bool = True, print_large_constants: 
         computations.append(module.entry)
     bodies = [print_computation(c, is_entry=c is module.entry, print_metadata=print_metadata,
                                 print_large_constants=print_large_constants) for c in computations]
-    return header + "\n\n" + "\n\n".join(bodies) + "\n"
+    # XLA ends every computation with a blank line, the last one included.
+    return header + "\n\n" + "".join(body + "\n\n" for body in bodies)
 
 
 def print_computation(comp: HloComputation, *, is_entry: bool = False, print_metadata: bool = True,
@@ -179,22 +180,32 @@ def _metadata(md: dict) -> str:
 
 
 def quote(s: str) -> str:
-    """A C-escaped double-quoted string, as XLA prints strings."""
+    """A double-quoted string escaped as XLA's CEscape does: quotes, backslashes and control
+    characters, and every byte of a non-ASCII character as octal."""
     out = []
-    for ch in s:
-        if ch in '"\\':
+    for byte in utf8_bytes(s):
+        ch = chr(byte)
+        if ch in "\"'\\":
             out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\{ord(ch):03o}")
+        elif ch in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[ch])
+        elif byte < 0x20 or byte >= 0x7F:
+            out.append(f"\\{byte:03o}")
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
+
+
+_NAMED_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def utf8_bytes(s: str) -> bytes:
+    """UTF-8 of `s`; bytes that came from invalid UTF-8 (surrogate escapes) go back as they
+    were, and any other lone surrogate is passed through rather than refused."""
+    try:
+        return s.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogatepass")
 
 
 _ATTRIBUTE_PRINTERS = {

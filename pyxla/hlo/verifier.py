@@ -74,6 +74,10 @@ def verify_instruction(instr: HloInstruction) -> None:
     _check_layouts(instr, instr.shape)
     try:
         inferred = record.shape(instr.operand_shapes(), instr.attrs, instr.shape)
+        # Facts the shape rule cannot see (a constant's literal) are checked by the record's hook.
+        check_instruction = record.extra.get("check_instruction")
+        if check_instruction is not None:
+            check_instruction(instr)
     except ShapeError as e:
         raise VerifierError(f"{instr.describe()}: {e}") from None
     if not inferred.compatible(instr.shape):

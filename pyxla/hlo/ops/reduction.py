@@ -228,9 +228,14 @@ def _window(opcode: str, attrs: dict, rank: int) -> tuple[WindowDim, ...]:
     return tuple(window)
 
 
+def _dilated_size(size: int, w: WindowDim) -> int:
+    """The length of one dimension after base dilation (lhs_dilate - 1 holes between elements)."""
+    return (size - 1) * w.lhs_dilate + 1 if size > 0 else 0
+
+
 def _padded_size(opcode: str, size: int, w: WindowDim) -> int:
     """The length of one dimension after base dilation and padding."""
-    dilated = (size - 1) * w.lhs_dilate + 1 if size > 0 else 0
+    dilated = _dilated_size(size, w)
     padded = dilated + w.pad_low + w.pad_high
     if padded < 0:
         raise ShapeError(f"{opcode}: padding {w.pad_low}_{w.pad_high} removes more than the "
@@ -258,15 +263,13 @@ def _reduce_window_shape(operands, attrs, declared):
 
 def _pad_with_init(x: np.ndarray, init: np.ndarray, window: tuple[WindowDim, ...]) -> np.ndarray:
     """`x` base-dilated and padded (negative padding crops), holes and pads set to `init`."""
-    grown = []
-    for size, w in zip(x.shape, window):
-        dilated = (size - 1) * w.lhs_dilate + 1 if size > 0 else 0
-        grown.append(dilated + max(w.pad_low, 0) + max(w.pad_high, 0))
+    dilated = [_dilated_size(size, w) for size, w in zip(x.shape, window)]
+    grown = [d + max(w.pad_low, 0) + max(w.pad_high, 0) for d, w in zip(dilated, window)]
     padded = np.full(grown, init, dtype=x.dtype)
-    padded[tuple(slice(max(w.pad_low, 0), None, w.lhs_dilate) for w in window)][
-        tuple(slice(0, s) for s in x.shape)] = x
+    padded[tuple(slice(max(w.pad_low, 0), max(w.pad_low, 0) + d, w.lhs_dilate)
+                 for d, w in zip(dilated, window))] = x
     crop = tuple(slice(max(-w.pad_low, 0), g - max(-w.pad_high, 0)) for g, w in zip(grown, window))
-    return padded[crop]
+    return padded[crop + (Ellipsis,)]   # the Ellipsis keeps a rank-0 result an array
 
 
 def _window_lanes(x: np.ndarray, init: np.ndarray, window: tuple[WindowDim, ...],

@@ -414,6 +414,10 @@ def from_physical(buffer: np.ndarray, shape: ArrayShape) -> np.ndarray:
 
 def _bitcast_evaluate(instr, operands, ctx):
     source = instr.operands[0].shape
+    if source.rank == 0 and instr.shape.rank == 0:
+        # A scalar reinterpreted (e.g. in a sort comparator): elementwise, so that a
+        # scalar computation evaluated on arrays of lanes works.
+        return operands[0].view(instr.shape.dtype.np_dtype)
     buffer = to_physical(operands[0], source)
     if source.dtype != instr.shape.dtype:
         buffer = buffer.view(instr.shape.dtype.np_dtype)

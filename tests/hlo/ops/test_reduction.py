@@ -1,11 +1,12 @@
 """reduce, reduce-window and select-and-scatter against NumPy references on random inputs."""
 import itertools
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from pyxla.errors import ShapeError
-from pyxla.hlo import (F32, PRED, S32, U8, HloBuilder, TupleShape, WindowDim, array, evaluate_module,
+from pyxla.hlo import (BF16, F32, PRED, S32, U8, HloBuilder, TupleShape, WindowDim, array, evaluate_module,
                        scalar, scalar_computation, verify_module)
 
 
@@ -79,6 +80,21 @@ def test_reduce_matches_numpy(rng, opcode, dtype, shape, dims):
         np.testing.assert_array_equal(got, want.astype(dtype.np_dtype))
 
 
+def test_mixed_precision_reduce_accumulates_in_f32(rng):
+    # bf16 elements, f32 accumulator: folded sequentially, each element widened exactly
+    r = HloBuilder("add_bf16_to_f32")
+    acc = r.parameter(scalar(F32), "acc", 0)
+    element = r.parameter(scalar(BF16), "element", 1)
+    reducer = r.build(r.op("add", acc, r.op("convert", element, shape=scalar(F32))))
+    b = HloBuilder("mixed")
+    x = b.parameter(array(BF16, 3, 300), "x")
+    module = _module(b, b.op("reduce", x, b.constant(0.0, F32), dimensions=(1,), to_apply=reducer))
+    xs = rng.uniform(0.0, 1.0, (3, 300)).astype(ml_dtypes.bfloat16)
+    got = evaluate_module(module, [xs])
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, xs.astype(np.float64).sum(1), rtol=1e-5)
+
+
 def test_long_float_sum_is_accurate(rng):
     # a pairwise fold keeps a long f32 sum within a few ulp of the exact result
     x = rng.uniform(0.0, 1.0, (2, 200_000)).astype(np.float32)
@@ -130,6 +146,36 @@ def test_argmax_argmin_as_variadic_reduce(rng, direction, numpy_fn, init, shape,
     np.testing.assert_array_equal(values, np.take_along_axis(x, np.expand_dims(want, axis), axis).squeeze(axis))
 
 
+def _matrix_product_reducer():
+    """(a, b, c, d) x (e, f, g, h) as 2x2 matrices: associative, not commutative (s32 wraps)."""
+    b = HloBuilder("matmul2x2")
+    a, b_, c, d, e, f, g, h = (b.parameter(scalar(S32), n, i) for i, n in enumerate("abcdefgh"))
+
+    def dot(p, q, r, s):
+        return b.op("add", b.op("multiply", p, q), b.op("multiply", r, s))
+
+    return b.build(b.tuple(dot(a, e, b_, g), dot(a, f, b_, h), dot(c, e, d, g), dot(c, f, d, h)))
+
+
+@pytest.mark.parametrize("shape,dims", [((3, 13), (1,)), ((2, 5, 4), (0, 2)), ((7,), (0,))])
+def test_reduce_keeps_element_order(rng, shape, dims):
+    # a non-commutative reducer: the product must be taken in row-major index order
+    entries = [rng.integers(-3, 4, shape).astype(np.int32) for _ in range(4)]
+    b = HloBuilder("ordered")
+    params = [b.parameter(array(S32, *shape), f"m{i}") for i in range(4)]
+    identity = [b.constant(v, S32) for v in (1, 0, 0, 1)]
+    red = b.op("reduce", *params, *identity, dimensions=dims, to_apply=_matrix_product_reducer())
+    got = np.stack(evaluate_module(_module(b, red), entries), axis=-1)
+
+    kept = [i for i in range(len(shape)) if i not in dims]
+    matrices = np.stack(entries, axis=-1).astype(np.int64).transpose(kept + list(dims) + [len(shape)])
+    matrices = matrices.reshape([shape[i] for i in kept] + [-1, 2, 2])
+    want = np.broadcast_to(np.eye(2, dtype=np.int64), matrices.shape[:-3] + (2, 2))
+    for k in range(matrices.shape[-3]):
+        want = want @ matrices[..., k, :, :]
+    np.testing.assert_array_equal(got, want.reshape(got.shape).astype(np.int32))
+
+
 # --- reduce-window ----------------------------------------------------------------------
 
 
@@ -142,17 +188,23 @@ def _window_out_dims(shape, window):
     return tuple(out_dims)
 
 
+def _window_elements(o, window, shape):
+    """Operand indices in the window at output position `o`, row-major; padding and holes skipped."""
+    for k in np.ndindex(*(w.size for w in window)):
+        p = [oi * w.stride + ki * w.rhs_dilate - w.pad_low for oi, ki, w in zip(o, k, window)]
+        if all(pi >= 0 and pi % w.lhs_dilate == 0 and pi // w.lhs_dilate < s
+               for pi, w, s in zip(p, window, shape)):
+            yield tuple(pi // w.lhs_dilate for pi, w in zip(p, window))
+
+
 def _reference_window(x, init, window, combine):
-    """An explicit loop over output positions and window offsets; padding and holes are skipped."""
+    """An explicit loop over output positions and window offsets."""
     out_dims = _window_out_dims(x.shape, window)
     out = np.empty(out_dims, dtype=np.float64)
     for o in np.ndindex(*out_dims):
         acc = init
-        for k in np.ndindex(*(w.size for w in window)):
-            p = [oi * w.stride + ki * w.rhs_dilate - w.pad_low for oi, ki, w in zip(o, k, window)]
-            if all(pi >= 0 and pi % w.lhs_dilate == 0 and pi // w.lhs_dilate < s
-                   for pi, w, s in zip(p, window, x.shape)):
-                acc = combine(acc, float(x[tuple(pi // w.lhs_dilate for pi, w in zip(p, window))]))
+        for index in _window_elements(o, window, x.shape):
+            acc = combine(acc, float(x[index]))
         out[o] = acc
     return out
 
@@ -176,6 +228,7 @@ _WINDOWS = {
     "base_dilation": ((5, 4), (_w(3, 2, (1, 1), base=2), _w(2, 1, (0, 1), base=3, dil=2))),
     "negative_padding": ((8, 7), (_w(2, 1, (-1, 0)), _w(3, 2, (1, -2)))),
     "window_larger_than_input": ((3, 4), (_w(5), _w(2))),
+    "scalar": ((), ()),
 }
 
 
@@ -262,11 +315,9 @@ def _reference_select_and_scatter(x, g, window, prefer):
     out = np.zeros(x.shape, dtype=np.float64)
     for o in np.ndindex(*g.shape):
         best = None
-        for k in np.ndindex(*(w.size for w in window)):
-            p = tuple(oi * w.stride + ki - w.pad_low for oi, ki, w in zip(o, k, window))
-            if all(0 <= pi < s for pi, s in zip(p, x.shape)):
-                if best is None or not prefer(x[best], x[p]):
-                    best = p
+        for index in _window_elements(o, window, x.shape):
+            if best is None or not prefer(x[best], x[index]):
+                best = index
         if best is not None:
             out[best] += g[o]
     return out
@@ -277,6 +328,7 @@ def _reference_select_and_scatter(x, g, window, prefer):
     ((1, 6, 6, 2), (_w(1), _w(2, 2), _w(2, 2), _w(1))),              # max-pool gradient
     ((1, 7, 7, 2), (_w(1), _w(3, 2), _w(3, 2), _w(1))),              # overlapping windows
     ((5, 6), (_w(3, 1, (1, 1)), _w(2, 2, (0, 1)))),                  # padding, overlaps
+    ((7, 5), (_w(2, 1, (1, 0), dil=3), _w(2, 2, (1, 1), base=3))),   # dilations, windows in holes only
 ])
 def test_select_and_scatter_is_max_pool_gradient(rng, direction, prefer, shape, window):
     x = rng.integers(0, 3, shape).astype(np.float32)   # ties: GE keeps the first, GT the last

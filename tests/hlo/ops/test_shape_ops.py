@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyxla.errors import EvaluationError, ShapeError
+from pyxla.errors import EvaluationError, ShapeError, VerifierError
 from pyxla.hlo import (BF16, F16, F32, F64, PRED, S8, S16, S32, S64, U8, U16, U32, ArrayShape,
                        HloBuilder, PadDim, SliceDim, TupleShape, array, evaluate_module,
                        from_numpy_dtype, op_def, scalar, verify_module)
@@ -37,8 +37,8 @@ def run_op(opcode, operands, shape=None, layouts=None, **attrs):
     result shape. `layouts` gives the parameters' minor_to_major (None = row-major)."""
     b = HloBuilder(opcode.replace("-", "_"))
     layouts = layouts or [None] * len(operands)
-    params = [b.parameter(ArrayShape(from_numpy_dtype(np.asarray(v).dtype), np.shape(v), layout), f"p{i}")
-              for i, (v, layout) in enumerate(zip(operands, layouts))]
+    params = [b.parameter(ArrayShape(from_numpy_dtype(np.asarray(v).dtype), np.shape(v), layout))
+              for v, layout in zip(operands, layouts)]
     module = b.module(b.op(opcode, *params, shape=shape, **attrs))
     verify_module(module)
     return evaluate_module(module, list(operands))
@@ -81,8 +81,8 @@ def test_constant_literal_must_match_declared_shape(rng):
     b = HloBuilder("c")
     const = b.constant(literal)
     const.shape = array(F32, 6)
-    with pytest.raises(ShapeError, match="dimensions"):
-        op_def("constant").extra["check_instruction"](const)
+    with pytest.raises(VerifierError, match="literal has dimensions"):
+        verify_module(b.module(const))
     shape_error("constant", [], None, match="result shape")
 
 
