@@ -85,6 +85,7 @@ class HloBuilder:
         module = HloModule(name or self.name)
         module.entry = entry
         module.computations = module.reachable_computations()
+        module.uniquify_names()   # names chosen in separate builders may coincide
         return module
 
     def __getattr__(self, attr: str):

@@ -40,6 +40,18 @@ class HloModule:
             self.entry = comp
         return comp
 
+    def uniquify_names(self) -> None:
+        """Rename instructions so every name is used once in the module (as XLA requires)."""
+        seen: set[str] = {c.name for c in self.computations}
+        for comp in self.computations:
+            for instr in comp.instructions:
+                if instr.name in seen:
+                    base, n = instr.name, 1
+                    while f"{base}.{n}" in seen:
+                        n += 1
+                    instr.name = f"{base}.{n}"
+                seen.add(instr.name)
+
     def computation(self, name: str) -> HloComputation:
         for c in self.computations:
             if c.name == name:

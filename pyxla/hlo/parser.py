@@ -76,15 +76,19 @@ _WS = re.compile(r"(?:[ \t\r\n\f\v]+|/\*.*?\*/|//[^\n]*)*", re.S)
 _NAME = re.compile(r"%([\w.\-]+)|([A-Za-z_][\w.\-]*)", re.A)
 _WORD = re.compile(r"[A-Za-z_][\w.\-]*", re.A)
 _TYPE_WORD = re.compile(r"([A-Za-z][A-Za-z0-9]*)[ \t]*\[", re.A)
-_UINT = re.compile(r"\d+")
-_INT = re.compile(r"[-+]?\d+")
+_UINT = re.compile(r"\d+", re.A)
+_INT = re.compile(r"[-+]?\d+", re.A)
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _SCALAR = re.compile(r"-?(?:nan(?:\(0x[0-9a-fA-F]+\))?|inf)(?![\w.])|true(?![\w.])|false(?![\w.])"
                      r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", re.A)
-_PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*")
-_DXD = re.compile(r"-?\d+(?:x-?\d+)*")
-_DIM_LABELS = re.compile(r"[\w?]+_[\w?]+->[\w?]+", re.A)
+_PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*", re.A)
+_WINDOW_PAD = re.compile(r"-?\d+_-?\d+(?:x-?\d+_-?\d+)*", re.A)
+_DXD = re.compile(r"-?\d+(?:x-?\d+)*", re.A)
+_DIM_LABELS = re.compile(r"[0-9A-Za-z?]+_[0-9A-Za-z?]+->[0-9A-Za-z?]+")
 _RAW_RUN = re.compile(r'[^"{}\[\]()\s,]+')
+_MODULE_NAME = re.compile(r"%?([\w.\-]+)", re.A)
+_BOOL = re.compile(r"(true|false)(?![\w.\-])")
+_ELIDED = re.compile(r"\{\s*\.\.\.\s*\}")
 _TOKEN_FOR_MESSAGE = re.compile(r'%?[\w.\-]+|"[^"\n]{0,30}"?|\S', re.A)
 
 _CLOSERS = {"{": "}", "[": "]", "(": ")"}
@@ -103,6 +107,14 @@ def parse_module(text: str, source: str = "<hlo>") -> HloModule:
         raise
     except Exception as e:  # a parser bug must still honour the one-exception contract
         raise parser.error_at(parser.pos, f"internal parser error: {type(e).__name__}: {e}") from e
+
+
+def _int(digits: str) -> int:
+    """int() of a decimal token; absurdly long ones (past Python's int-string limit) become a
+    value far out of every range, so range checks report them."""
+    if len(digits) > 40:
+        return -(10 ** 40) if digits.startswith("-") else 10 ** 40
+    return int(digits)
 
 
 def known_opcode(opcode: str) -> bool:
@@ -219,7 +231,7 @@ class _Parser:
         m = self.match(_INT)
         if not m:
             raise self.expected(what)
-        value = int(m.group())
+        value = _int(m.group())
         if not lo <= value <= hi:
             raise self.error_at(start, f"{what} {value} is out of range [{lo}, {hi}]")
         return value
@@ -354,7 +366,7 @@ class _Parser:
             m = self.match(_UINT)
             if not m:
                 raise self.expected("a dimension size")
-            size = int(m.group())
+            size = _int(m.group())
             if size > _INT64_MAX:
                 raise self.error_at(start, f"dimension size {size} is too large")
             dims.append(size)
@@ -399,7 +411,7 @@ class _Parser:
         if not self.accept_keyword("HloModule"):
             raise self.expected("'HloModule' at the start of the module")
         self.skip_ws()
-        m = self.match(re.compile(r"%?([\w.\-]+)", re.A))
+        m = self.match(_MODULE_NAME)
         if not m:
             raise self.expected("a module name after 'HloModule'")
         module = HloModule(m.group(1))
@@ -584,7 +596,7 @@ class _Parser:
         if kind == "int":
             return self.integer(f"an integer for attribute '{name}'")
         if kind == "bool":
-            m = self.match(re.compile(r"(true|false)(?![\w.\-])"))
+            m = self.match(_BOOL)
             if not m:
                 raise self.expected(f"true or false for attribute '{name}'")
             return m.group(1) == "true"
@@ -651,7 +663,7 @@ class _Parser:
 
     def int_parts(self, text: str, start: int) -> list[int]:
         """The integers of a `1_-2_0` / `2x2` piece, each within int64."""
-        values = [int(v) for v in re.findall(r"-?\d+", text)]
+        values = [_int(v) for v in re.findall(r"-?\d+", text)]
         for v in values:
             if not _INT64_MIN <= v <= _INT64_MAX:
                 raise self.error_at(start, f"value {v} in '{text}' is out of range")
@@ -694,7 +706,7 @@ class _Parser:
             self.skip_ws()
             value_pos = self.pos
             if key == "pad":
-                m = self.match(re.compile(r"-?\d+_-?\d+(?:x-?\d+_-?\d+)*"))
+                m = self.match(_WINDOW_PAD)
                 if not m:
                     raise self.expected("window padding such as 0_0x1_1")
                 values = [tuple(self.int_parts(p, value_pos)) for p in m.group().split("x")]
@@ -759,6 +771,10 @@ class _Parser:
     def literal(self, shape: Shape, depth: int = 0) -> Any:
         self.skip_ws()
         if isinstance(shape, TupleShape):
+            if _ELIDED.match(self.text, self.pos):   # XLA elides tuple literals
+                start = self.pos
+                self.pos = self.text.index("}", start) + 1
+                return self.elided(shape, start)
             if depth >= _MAX_NESTING:
                 raise self.error(f"tuple literal nests deeper than {_MAX_NESTING} levels")
             self.expect("(", f"to start the tuple literal of {shape.to_text(False)}")
@@ -792,9 +808,7 @@ class _Parser:
         self.pos += 1
         if self.accept("..."):
             self.expect("}", "after '{...'")
-            if shape.size > _MAX_ELIDED_ELEMENTS:
-                raise self.error_at(self.pos - 1, f"elided constant of {shape_text} is too large to fill")
-            return np.zeros(dims, dtype=shape.dtype.np_dtype)
+            return self.elided(shape, self.pos - 1)
         counts = [0] * rank
         surplus_at: list[int | None] = [None] * rank
         level = 1                 # how many '{' are open
@@ -847,6 +861,16 @@ class _Parser:
             after_item = True
         return _elements_to_array(self, tokens, positions, shape.dtype).reshape(dims)
 
+    def elided(self, shape: Shape, pos: int) -> Any:
+        """The value of an elided literal `{...}`: zeros, as XLA's parser leaves it."""
+        if isinstance(shape, TupleShape):
+            return tuple(self.elided(e, pos) for e in shape.elements)
+        if not isinstance(shape, ArrayShape):
+            raise self.error_at(pos, f"a constant cannot have shape {shape.to_text(False)}")
+        if shape.size > _MAX_ELIDED_ELEMENTS or shape.rank > _MAX_CONSTANT_RANK:
+            raise self.error_at(pos, f"elided constant of {shape.to_text(False)} is too large to fill")
+        return np.zeros(shape.dims, dtype=shape.dtype.np_dtype)
+
     # --- name resolution ----------------------------------------------------------------
     def resolve_computation_refs(self, computations: dict[str, HloComputation]) -> None:
         for instr, attr, refs, single in self.computation_refs:
@@ -888,7 +912,7 @@ def _elements_to_array(parser: _Parser, tokens: list[str], positions: list[int],
         for tok, pos in zip(tokens, positions):
             if not _INT.fullmatch(tok):
                 raise parser.error_at(pos, f"expected an integer for a {etype.name} literal, found '{tok}'")
-            v = int(tok)
+            v = _int(tok)
             if not info.min <= v <= info.max:
                 raise parser.error_at(pos, f"value {v} is out of range for {etype.name} "
                                            f"[{info.min}, {info.max}]")

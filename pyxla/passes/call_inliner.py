@@ -7,20 +7,19 @@ from ..hlo.module import HloModule
 from .hlo_pass import hlo_pass
 
 
-def inline_call(module: HloModule, call: HloInstruction) -> HloInstruction:
-    """Copy the callee's instructions into the caller; returns the copy of the callee's ROOT."""
-    comp: HloComputation = call.parent
-    callee: HloComputation = call.attrs["to_apply"]
+def inline_computation(module: HloModule, caller: HloComputation, callee: HloComputation,
+                       operands: list[HloInstruction]) -> HloInstruction:
+    """Copy `callee` into `caller` applied to `operands`; returns the copy of the callee's ROOT."""
     mapping: dict[int, HloInstruction] = {}
     for instr in callee.post_order():
         if instr.opcode == "parameter":
-            mapping[id(instr)] = call.operands[instr.parameter_number]
+            mapping[id(instr)] = operands[instr.parameter_number]
             continue
         copy = HloInstruction(module.fresh_name(instr.name), instr.opcode, instr.shape,
                               [mapping[id(o)] for o in instr.operands], dict(instr.attrs),
                               literal=instr.literal, parameter_number=instr.parameter_number)
         copy.attrs.pop("control-predecessors", None)
-        comp.add_instruction(copy)
+        caller.add_instruction(copy)
         mapping[id(instr)] = copy
     return mapping[id(callee.root)]
 
@@ -32,7 +31,7 @@ def call_inliner(module: HloModule) -> bool:
     for comp in module.reachable_computations():   # callees first: their calls are gone when copied
         calls = [i for i in comp.post_order() if i.opcode == "call"]
         for call in calls:
-            comp.replace_instruction(call, inline_call(module, call))
+            comp.replace_instruction(call, inline_computation(module, comp, call.attrs["to_apply"], call.operands))
         if calls:
             comp.sort_topologically()
             changed = True

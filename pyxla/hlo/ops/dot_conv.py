@@ -27,6 +27,7 @@ from ..attributes import ConvDimensionNumbers, WindowDim
 from ..shape import ArrayShape
 from ..types import ElementType
 from .numeric import flush_denormals, narrow
+from .reduction import window_output_dims   # the window arithmetic reduce-window shares
 from .registry import OpDef, register
 
 
@@ -147,17 +148,6 @@ register(OpDef("dot", "opaque", _dot_shape, _dot_evaluate, arity=2,
 
 # --- convolution: shape -----------------------------------------------------------------
 
-def _dilated_bound(size: int, dilation: int) -> int:
-    return 0 if size == 0 else (size - 1) * dilation + 1
-
-
-def window_output_size(size: int, w: WindowDim) -> int:
-    """How many window positions fit along one dimension (XLA's InferWindowOutputShape)."""
-    padded = w.pad_low + _dilated_bound(size, w.lhs_dilate) + w.pad_high
-    extent = _dilated_bound(w.size, w.rhs_dilate)
-    return 0 if extent > padded else (padded - extent) // w.stride + 1
-
-
 def _check_window(window, spatial_rank: int) -> tuple[WindowDim, ...]:
     window = tuple(window)
     if len(window) != spatial_rank:
@@ -230,12 +220,18 @@ def _conv_shape(operands, attrs, declared):
     dims = [0] * lhs.rank
     dims[dn.output_batch] = lhs.dims[dn.input_batch] // bgc
     dims[dn.output_feature] = rhs.dims[dn.kernel_output_feature]
-    for od, idim, w in zip(dn.output_spatial, dn.input_spatial, window):
-        dims[od] = window_output_size(lhs.dims[idim], w)
+    spatial = window_output_dims("convolution", tuple(lhs.dims[d] for d in dn.input_spatial), window)
+    for od, size in zip(dn.output_spatial, spatial):
+        dims[od] = size
     return ArrayShape(_result_dtype("convolution", lhs.dtype, declared), dims)
 
 
 # --- convolution: evaluation ------------------------------------------------------------
+
+def _dilated_bound(size: int, dilation: int) -> int:
+    """The length of `size` elements with dilation - 1 holes between neighbours."""
+    return 0 if size == 0 else (size - 1) * dilation + 1
+
 
 def _dilate_and_pad(x: np.ndarray, window) -> np.ndarray:
     """Spatial axes (2, 3, ...) base-dilated with zeros, then padded; negative padding crops."""

@@ -186,7 +186,7 @@ def reference_conv(lhs, rhs, window, labels, feature_groups=1, batch_groups=1, d
     for s, w in zip(sizes, window):
         padded = (s - 1) * w.lhs_dilate + 1 + w.pad_low + w.pad_high
         extent = (w.size - 1) * w.rhs_dilate + 1
-        out_sizes.append(max(0, (padded - extent) // w.stride + 1) if padded >= extent else 0)
+        out_sizes.append((padded - extent) // w.stride + 1 if padded >= extent else 0)
     batch = n_in // batch_groups
     out_shape = [0] * rank
     out_shape[dn.output_batch], out_shape[dn.output_feature] = batch, out_feats
@@ -361,6 +361,7 @@ def _conv_error(lhs, rhs, labels, window, **attrs):
     ((2, 5, 3), (2, 3, 2), [WindowDim(3)], {}, "window size 3"),
     ((2, 5, 3), (3, 3, 2), [WindowDim(3), WindowDim(1)], {}, "window has 2 dimensions"),
     ((2, 5, 3), (3, 3, 2), [WindowDim(3, stride=0)], {}, "stride must be positive"),
+    ((2, 4, 3), (3, 3, 2), [WindowDim(3, pad_low=-3, pad_high=-2)], {}, "padding -3_-2"),
     ((2, 5, 4), (3, 2, 3), [WindowDim(3)], dict(feature_group_count=2), "not divisible by feature_group_count"),
     ((3, 5, 3), (3, 3, 2), [WindowDim(3)], dict(batch_group_count=2), "batch_group_count"),
     ((4, 5, 4), (3, 2, 4), [WindowDim(3)], dict(feature_group_count=2, batch_group_count=2), "both"),
