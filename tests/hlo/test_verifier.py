@@ -100,7 +100,7 @@ def test_duplicate_instruction_names_across_computations():
     r = b.op("call", x, x, to_apply=add)
     module = b.module(r)
     verify_module(module)   # the builder renamed the second x
-    add.parameters[0].name = "x"
+    module.entry.parameters[0].name = add.parameters[0].name = "x"
     with pytest.raises(VerifierError, match="%x is used in both"):
         verify_module(module)
 

@@ -108,10 +108,10 @@ def _dot_dims(lhs: ArrayShape, rhs: ArrayShape, attrs: dict):
     _check_dims("dot", "lhs batch and contracting dimensions", lb + lc, lhs.rank)
     _check_dims("dot", "rhs batch and contracting dimensions", rb + rc, rhs.rank)
     for kind, ls, rs in (("batch", lb, rb), ("contracting", lc, rc)):
-        for l, r in zip(ls, rs):
-            if lhs.dims[l] != rhs.dims[r]:
-                raise ShapeError(f"dot {kind} dimensions differ in size: lhs dimension {l} is "
-                                 f"{lhs.dims[l]}, rhs dimension {r} is {rhs.dims[r]}")
+        for ld, rd in zip(ls, rs):
+            if lhs.dims[ld] != rhs.dims[rd]:
+                raise ShapeError(f"dot {kind} dimensions differ in size: lhs dimension {ld} is "
+                                 f"{lhs.dims[ld]}, rhs dimension {rd} is {rhs.dims[rd]}")
     lf = tuple(d for d in range(lhs.rank) if d not in lb + lc)
     rf = tuple(d for d in range(rhs.rank) if d not in rb + rc)
     return lb, rb, lc, rc, lf, rf
