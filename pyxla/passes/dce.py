@@ -15,29 +15,34 @@ def _has_side_effects(instr) -> bool:
         return True   # unknown: keep it
 
 
+def remove_dead_instructions(comp) -> bool:
+    """Drop instructions of `comp` that do not reach ROOT and have no side effects."""
+    live: set[int] = set()
+    stack = [comp.root] + [i for i in comp.instructions if _has_side_effects(i) or i.opcode == "parameter"]
+    while stack:
+        instr = stack.pop()
+        if id(instr) in live:
+            continue
+        live.add(id(instr))
+        stack.extend(instr.operands)
+    dead = [i for i in comp.instructions if id(i) not in live]
+    for instr in dead:
+        for op in instr.operands:
+            if instr in op.users:
+                op.users.remove(instr)
+        instr.users.clear()
+        instr.parent = None
+    if dead:
+        comp.instructions = [i for i in comp.instructions if id(i) in live]
+    return bool(dead)
+
+
 @hlo_pass("dce")
 def dead_code_elimination(module: HloModule) -> bool:
     """Remove instructions that do not reach ROOT and have no side effects; remove uncalled computations."""
     changed = False
     for comp in module.computations:
-        live: set[int] = set()
-        stack = [comp.root] + [i for i in comp.instructions if _has_side_effects(i) or i.opcode == "parameter"]
-        while stack:
-            instr = stack.pop()
-            if id(instr) in live:
-                continue
-            live.add(id(instr))
-            stack.extend(instr.operands)
-        dead = [i for i in comp.instructions if id(i) not in live]
-        for instr in dead:
-            for op in instr.operands:
-                if instr in op.users:
-                    op.users.remove(instr)
-            instr.users.clear()
-            instr.parent = None
-        if dead:
-            comp.instructions = [i for i in comp.instructions if id(i) in live]
-            changed = True
+        changed |= remove_dead_instructions(comp)
     reachable = {id(c) for c in module.reachable_computations()}
     kept = [c for c in module.computations if id(c) in reachable]
     if len(kept) != len(module.computations):

@@ -28,14 +28,18 @@ def default_pipeline() -> list[PipelineItem]:
     from .cse import common_subexpression_elimination
     from .dce import dead_code_elimination
     from .tuple_simplifier import tuple_simplifier
+    from .while_loop_simplifier import while_loop_simplifier
+    from .zero_sized import zero_sized_elimination
 
     return [
         call_inliner,
+        zero_sized_elimination,
         FixedPoint("simplify", (
             algebraic_simplifier,
             tuple_simplifier,
             constant_folding,
             common_subexpression_elimination,
+            while_loop_simplifier,
             dead_code_elimination,
         )),
     ]

@@ -23,7 +23,7 @@ from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape, TupleShape
 from .algebraic_simplifier import uniform_value
 from .call_inliner import inline_computation
-from .dce import _has_side_effects
+from .dce import _has_side_effects, remove_dead_instructions
 from .hlo_pass import hlo_pass
 
 # Not worth hoisting: free or cheaper to recompute than to carry.
@@ -152,16 +152,15 @@ def remove_dead_state(module: HloModule, loop: HloInstruction) -> bool:
     new_init = comp.add_instruction(HloInstruction(module.fresh_name("tuple"), "tuple", shape,
                                                    [_element(module, comp, init, i) for i in keep]))
     loop.replace_operand(init, new_init)
-    old_root = body.root
     body.root = body.add_instruction(HloInstruction(module.fresh_name("tuple"), "tuple", shape,
-                                                    [old_root.operands[i] for i in keep]))
-    _restate(body, keep, shape)
-    _restate(cond, keep, shape)
+                                                    [body.root.operands[i] for i in keep]))
+    for c in (body, cond):   # the dead elements' readers go first, then the state shrinks
+        remove_dead_instructions(c)
+        _restate(c, keep, shape)
     position = {old: new for new, old in enumerate(keep)}
     for user in loop.users:
         user.attrs["index"] = position[user.attrs["index"]]
     loop.shape = shape
-    body.remove_instruction(old_root) if not old_root.users else None
     for c in (comp, body, cond):
         c.sort_topologically()
     return True
@@ -234,8 +233,7 @@ def hoist_invariants(module: HloModule, loop: HloInstruction) -> bool:
     old_root = body.root
     body.root = body.add_instruction(HloInstruction(module.fresh_name("tuple"), "tuple", shape,
                                                     list(old_root.operands) + carried))
-    if not old_root.users:
-        body.remove_instruction(old_root)
+    remove_dead_instructions(body)
     loop.shape = shape
     for c in (comp, body):
         c.sort_topologically()
@@ -261,10 +259,12 @@ def while_loop_simplifier(module: HloModule) -> bool:
             callers = _callers(module)
             if callers.get(id(loop.attrs["body"])) != 1 or callers.get(id(loop.attrs["condition"])) != 1:
                 continue   # shared computations: changing their state shape would break the other loop
-            if remove_dead_state(module, loop):
-                changed = True
-            if isinstance(loop.shape, TupleShape) and hoist_invariants(module, loop):
-                changed = True
+            for _ in range(4):   # hoisting can leave a state element dead, removing one frees nothing more
+                did = remove_dead_state(module, loop)
+                did |= isinstance(loop.shape, TupleShape) and hoist_invariants(module, loop)
+                changed |= did
+                if not did:
+                    break
     if changed:
         module.computations = module.reachable_computations()
     return changed
