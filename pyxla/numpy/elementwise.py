@@ -467,10 +467,10 @@ def round(a, decimals: int = 0):   # noqa: A001  (NumPy's name)
     if is_float(dt):
         factor = 10.0 ** abs(decimals)
         if decimals > 0:
-            return true_divide(rint(multiply(a, factor)), factor)
-        return multiply(rint(true_divide(a, factor)), factor)
+            return divide(rint(multiply(a, factor)), factor)
+        return multiply(rint(divide(a, factor)), factor)
     factor = 10 ** -decimals   # integers to tens, hundreds, ...: through float64, as NumPy
-    return convert(multiply(rint(true_divide(a, float(factor))), float(factor)), dt)
+    return convert(multiply(rint(divide(a, float(factor))), float(factor)), dt)
 
 
 @export
@@ -480,8 +480,7 @@ def clip(a, a_min=None, a_max=None, *, min=None, max=None):   # noqa: A002  (Num
     hi = a_max if a_max is not None else max
     if lo is None and hi is None:
         raise ValueError("pyxla.numpy.clip: one of a_min and a_max must be given")
-    dt = result_type(*[v for v in (a, lo, hi) if v is not None])
-    out = convert(operand("clip", a), dt) if not is_python_scalar(a) else a
+    out = operand("clip", a)
     if lo is not None:
         out = maximum(out, lo)
     if hi is not None:
@@ -500,11 +499,9 @@ def where(condition, x=None, y=None):
     cond, xv, yv = (operand("where", v) for v in (condition, x, y))
     dt = result_type(xv, yv)
     shape = broadcast_shapes("where", shape_of(cond), shape_of(xv), shape_of(yv))
-    cond = broadcast_to(_truth(cond) if not is_python_scalar(cond) else bool(cond), shape, "where")
-    if is_python_scalar(cond):
-        cond = np.asarray(cond)
-    out = select(broadcast_to(convert(cond, BOOL), shape, "where"),
-                 broadcast_to(convert(xv, dt), shape, "where"), broadcast_to(convert(yv, dt), shape, "where"))
+    cond = _truth(np.asarray(cond) if is_python_scalar(cond) else cond)
+    out = select(broadcast_to(cond, shape, "where"), broadcast_to(convert(xv, dt), shape, "where"),
+                 broadcast_to(convert(yv, dt), shape, "where"))
     return mark_weak(out, is_weak(xv) and is_weak(yv))
 
 
@@ -532,7 +529,7 @@ def sinc(x):
         dt = np.dtype(np.float64)
     px = multiply(convert(x, dt), math.pi)
     safe = where(equal(px, 0), 1.0, px)
-    return where(equal(px, 0), 1.0, true_divide(sin(safe), safe))
+    return where(equal(px, 0), 1.0, divide(sin(safe), safe))
 
 
 @export

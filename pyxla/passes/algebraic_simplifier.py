@@ -14,6 +14,7 @@ from ..hlo.attributes import SliceDim
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape
+from .dot_canonicalizer import is_canonical
 from .hlo_pass import hlo_pass
 from .rewrite import RuleTable, apply_rules
 
@@ -584,6 +585,8 @@ def dot_of_transpose(instr, ctx):
             new_attrs.pop(f"{prefix}_batch_dims", None)
         operands = list(instr.operands)
         operands[side] = t.operands[0]
+        if not is_canonical(operands[0].shape, operands[1].shape, new_attrs):
+            continue   # the canonicalizer would put the transpose back
         return ctx.add("dot", operands, instr.shape, new_attrs, like=instr)
     return None
 

@@ -27,6 +27,7 @@ def default_pipeline() -> list[PipelineItem]:
     from .constant_folding import constant_folding
     from .cse import common_subexpression_elimination
     from .dce import dead_code_elimination
+    from .dot_canonicalizer import dot_canonicalizer
     from .tuple_simplifier import tuple_simplifier
     from .while_loop_simplifier import while_loop_simplifier
     from .zero_sized import zero_sized_elimination
@@ -42,6 +43,8 @@ def default_pipeline() -> list[PipelineItem]:
             while_loop_simplifier,
             dead_code_elimination,
         )),
+        dot_canonicalizer,
+        FixedPoint("cleanup", (algebraic_simplifier, common_subexpression_elimination, dead_code_elimination)),
     ]
 
 

@@ -1,0 +1,81 @@
+"""Canonical dot form: every dot becomes (batch..., M, K) x (batch..., K, N) -> (batch..., M, N).
+
+Backends then handle one shape of matrix product (a GEMM per batch element, with the two
+minor dimensions of each operand in either order, as BLAS's transpose flags allow).
+Operands are transposed so batch dimensions lead, and reshaped so free and contracting
+dimensions are each one dimension; the result is reshaped back.
+"""
+from __future__ import annotations
+
+from math import prod
+
+from ..hlo.instruction import HloInstruction
+from ..hlo.module import HloModule
+from ..hlo.shape import ArrayShape
+from .hlo_pass import hlo_pass
+from .rewrite import RuleTable, apply_rules
+
+RULES = RuleTable("dot-canonical")
+
+
+def is_canonical(lhs: ArrayShape, rhs: ArrayShape, attrs: dict) -> bool:
+    lb, rb = tuple(attrs.get("lhs_batch_dims", ())), tuple(attrs.get("rhs_batch_dims", ()))
+    lc, rc = tuple(attrs.get("lhs_contracting_dims", ())), tuple(attrs.get("rhs_contracting_dims", ()))
+    b = len(lb)
+    if lb != tuple(range(b)) or rb != tuple(range(b)) or len(lc) != 1 or len(rc) != 1:
+        return False
+    return lhs.rank in (b + 1, b + 2) and rhs.rank in (b + 1, b + 2)
+
+
+def _operand_to(ctx, x: HloInstruction, batch, middle, last, like) -> HloInstruction:
+    """x transposed to (batch, middle, last) and reshaped to (batch..., prod(middle), prod(last))."""
+    perm = tuple(batch) + tuple(middle) + tuple(last)
+    dims = x.shape.dims
+    if perm != tuple(range(len(perm))):
+        x = ctx.add("transpose", [x], ArrayShape(x.shape.dtype, tuple(dims[d] for d in perm)),
+                    {"dimensions": perm}, like=like)
+    new_dims = tuple(dims[d] for d in batch)
+    if middle:
+        new_dims += (prod(dims[d] for d in middle),)
+    new_dims += (prod(dims[d] for d in last),) if last else ()
+    if new_dims != x.shape.dims:
+        x = ctx.add("reshape", [x], ArrayShape(x.shape.dtype, new_dims), like=like)
+    return x
+
+
+@RULES.rule("dot")
+def canonicalize_dot(instr, ctx):
+    lhs, rhs = instr.operands
+    attrs = instr.attrs
+    if is_canonical(lhs.shape, rhs.shape, attrs):
+        return None
+    lb, rb = tuple(attrs.get("lhs_batch_dims", ())), tuple(attrs.get("rhs_batch_dims", ()))
+    lc, rc = tuple(attrs.get("lhs_contracting_dims", ())), tuple(attrs.get("rhs_contracting_dims", ()))
+    lfree = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+    rfree = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    if not lc:   # an outer product: contract over a new dimension of size 1
+        return None
+    b = len(lb)
+    new_lhs = _operand_to(ctx, lhs, lb, lfree, lc, instr)
+    new_rhs = _operand_to(ctx, rhs, rb, rc, rfree, instr)   # (batch, K, N)
+    k_rhs = b
+    out_dims = tuple(lhs.shape.dims[d] for d in lb)
+    if lfree:
+        out_dims += (prod(lhs.shape.dims[d] for d in lfree),)
+    if rfree:
+        out_dims += (prod(rhs.shape.dims[d] for d in rfree),)
+    new_attrs = {k: v for k, v in attrs.items() if not k.endswith("_dims")}
+    new_attrs.update({"lhs_batch_dims": tuple(range(b)), "rhs_batch_dims": tuple(range(b)),
+                      "lhs_contracting_dims": (new_lhs.shape.rank - 1,), "rhs_contracting_dims": (k_rhs,)})
+    if not b:
+        del new_attrs["lhs_batch_dims"], new_attrs["rhs_batch_dims"]
+    dot = ctx.add("dot", [new_lhs, new_rhs], ArrayShape(instr.shape.dtype, out_dims), new_attrs, like=instr)
+    if out_dims == instr.shape.dims:
+        return dot
+    return ctx.add("reshape", [dot], instr.shape, like=instr)
+
+
+@hlo_pass("dot-canonicalizer")
+def dot_canonicalizer(module: HloModule) -> bool:
+    """Rewrite every dot to (batch..., M, K) x (batch..., K, N) with transposes and reshapes."""
+    return apply_rules(module, RULES)
