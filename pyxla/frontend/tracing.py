@@ -287,3 +287,6 @@ def trace_computation(fn: Callable, arg_shapes: Sequence[Shape], name: str,
         root = trace.builder.tuple(*[t.instr for t in lifted])
     comp: HloComputation = trace.builder.build(root)
     return comp, treedef, [outer for outer, _ in trace.captures], lifted
+
+
+from . import array as _array  # noqa: E402,F401  (installs Tracer's operators and ndarray methods)

@@ -28,6 +28,7 @@ def default_pipeline() -> list[PipelineItem]:
     from .cse import common_subexpression_elimination
     from .dce import dead_code_elimination
     from .dot_canonicalizer import dot_canonicalizer
+    from .reshape_mover import reshape_mover
     from .tuple_simplifier import tuple_simplifier
     from .while_loop_simplifier import while_loop_simplifier
     from .zero_sized import zero_sized_elimination
@@ -41,6 +42,7 @@ def default_pipeline() -> list[PipelineItem]:
             constant_folding,
             common_subexpression_elimination,
             while_loop_simplifier,
+            reshape_mover,
             dead_code_elimination,
         )),
         dot_canonicalizer,
