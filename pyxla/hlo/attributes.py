@@ -8,6 +8,7 @@ a new attribute is taught to the text format in one line here.
 Value representation by kind:
   ints         tuple[int, ...]                    dimensions={0,1}
   int          int                                index=0
+  float        float                              epsilon=0.001
   bool         bool                               is_stable=true
   enum         str                                direction=LT, kind=kLoop
   string       str (unquoted)                     custom_call_target="TopK"
@@ -154,6 +155,9 @@ ATTRIBUTE_KINDS: dict[str, str] = {
     "is_stable": "bool",
     "k": "int",
     "largest": "bool",
+    # batch normalisation
+    "epsilon": "float",
+    "feature_index": "int",
     # precision
     "exponent_bits": "int",
     "mantissa_bits": "int",

@@ -28,6 +28,7 @@ def default_pipeline() -> list[PipelineItem]:
     from .cse import common_subexpression_elimination
     from .dce import dead_code_elimination
     from .dot_canonicalizer import dot_canonicalizer
+    from .expanders import batch_norm_expander
     from .reshape_mover import reshape_mover
     from .tuple_simplifier import tuple_simplifier
     from .while_loop_simplifier import while_loop_simplifier
@@ -35,6 +36,7 @@ def default_pipeline() -> list[PipelineItem]:
 
     return [
         call_inliner,
+        batch_norm_expander,
         zero_sized_elimination,
         FixedPoint("simplify", (
             algebraic_simplifier,

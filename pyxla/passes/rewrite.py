@@ -68,7 +68,7 @@ class RewriteContext:
 
 def apply_rules(module: HloModule, table: RuleTable, max_sweeps: int = 20) -> bool:
     changed = False
-    for comp in module.computations:
+    for comp in list(module.computations):   # rules may add computations (reducers)
         ctx = RewriteContext(module, comp)
         for _ in range(max_sweeps):
             fired = False

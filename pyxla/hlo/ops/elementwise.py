@@ -509,7 +509,7 @@ def _bitcast_convert_shape(operand_shapes, attrs, declared):
 def _bitcast_convert_evaluate(instr, operands, ctx):
     if sys.byteorder != "little":
         raise NotImplementedError("bitcast-convert between widths on a big-endian host")
-    x = np.ascontiguousarray(operands[0])
+    x = np.asarray(operands[0], order="C")   # (np.ascontiguousarray would make a scalar 1-d)
     dtype = instr.shape.dtype.np_dtype
     if x.dtype.itemsize == dtype.itemsize:
         return x.view(dtype)
