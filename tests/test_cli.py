@@ -55,7 +55,7 @@ def test_run_names_wrong_shape(tmp_path, rng, capsys):
 
 def test_malformed_text_reports_line_and_column(tmp_path, capsys):
     bad = tmp_path / "bad.hlo"
-    bad.write_text(EXAMPLE.read_text().replace("tanh(biased)", "tanh(biased"))
+    bad.write_text(EXAMPLE.read_text().replace("tanh(biased)", "tanh(biased]"))
     assert main(["fmt", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:23:" in err and "ParseError" in err

@@ -291,7 +291,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     if not branches:
         raise TraceError(f"switch needs at least one branch{where()}")
     a = aval(index)
-    if a.rank != 0 or not (a.dtype.is_integral or is_python_scalar(index) and not isinstance(index, float)):
+    if a.rank != 0 or not (a.dtype.is_integral or a.dtype.is_pred):
         raise TraceError(f"switch's index must be an integer scalar, got {a.to_text(False)}{where()}")
     if current_trace() is None and not isinstance(index, Tracer):
         i = min(max(int(np.asarray(index)), 0), len(branches) - 1)
@@ -375,8 +375,7 @@ def _scan_eager(f: Callable, init: Any, x_leaves: list[Any], x_tree: PyTreeDef, 
     ys: list[Any] = [None] * length
     for i in (reversed(range(length)) if reverse else range(length)):
         out = f(carry.value(), tree_unflatten(x_tree, [a[i] for a in arrays]))
-        leaves, tree = tree_flatten(out)
-        carry_tree, _ = _split_pair("scan body", tree)
+        _split_pair("scan body", tree_flatten(out)[1])
         new_carry, ys[i] = out
         carry = _adopt("scan body", new_carry, carry)
     if length == 0:   # the body never ran: trace it abstractly to learn the shapes of y

@@ -37,7 +37,8 @@ def widen(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
         if x.dtype.itemsize == 2:
-            return x.astype(np.float32)
+            # f16 subnormals are normal f32 values; bf16 ones are f32 subnormals, which DAZ zeroes.
+            return flush_denormals(x.astype(np.float32))
         return flush_denormals(x)
     return x
 
@@ -47,7 +48,8 @@ def narrow(x: np.ndarray, etype: ElementType) -> np.ndarray:
     x = np.asarray(x)
     if etype.is_float:
         if etype.bits == 16:
-            return x.astype(etype.np_dtype)
+            # The f32 result is flushed before rounding (bf16 shares f32's exponent range).
+            return flush_denormals(x.astype(np.float32)).astype(etype.np_dtype)
         return flush_denormals(x.astype(etype.np_dtype))
     return x.astype(etype.np_dtype)
 

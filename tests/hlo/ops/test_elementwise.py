@@ -203,14 +203,15 @@ def test_float_binary(rng, opcode, etype):
 def test_maximum_minimum_propagate_nan_and_order_zeros(etype):
     a = np.array([np.nan, 1.0, np.nan, -0.0, 0.0, -np.inf, 2.0], etype.np_dtype)
     b = np.array([1.0, np.nan, np.nan, 0.0, -0.0, np.inf, -3.0], etype.np_dtype)
-    assert_bits_equal(run("maximum", a, b), np.array([np.nan, np.nan, np.nan, 0.0, 0.0, np.inf, 2.0], etype.np_dtype))
-    assert_bits_equal(run("minimum", a, b), np.array([np.nan, np.nan, np.nan, -0.0, -0.0, -np.inf, -3.0], etype.np_dtype))
+    nan = np.nan
+    assert_bits_equal(run("maximum", a, b), np.array([nan, nan, nan, 0.0, 0.0, np.inf, 2.0], etype.np_dtype))
+    assert_bits_equal(run("minimum", a, b), np.array([nan, nan, nan, -0.0, -0.0, -np.inf, -3.0], etype.np_dtype))
 
 
 def test_float_binary_special_values():
     y = np.array([0.0, -0.0, 0.0, -0.0, 1.0, -1.0, np.inf, 5.5, 1.0, 0.0], np.float32)
     x = np.array([1.0, 1.0, -1.0, -1.0, np.inf, -np.inf, 2.0, 0.0, 0.0, 0.0], np.float32)
-    assert_bits_equal(run("atan2", y, x), np.array([math.atan2(p, q) for p, q in zip(y.tolist(), x.tolist())], np.float32))
+    assert_bits_equal(run("atan2", y, x), np.array(elementwise(math.atan2, y, x), np.float32))
     n = np.array([5.5, -5.5, 5.5, np.inf, 3.0, -0.0], np.float32)
     d = np.array([2.0, 2.0, 0.0, 2.0, np.inf, 1.0], np.float32)
     assert_bits_equal(run("remainder", n, d), np.array([1.5, -1.5, np.nan, np.nan, 3.0, -0.0], np.float32))
@@ -474,23 +475,25 @@ def test_select(rng, etype):
 @pytest.mark.parametrize("etype", [F32, F16, S32, U8, S64], ids=str)
 @pytest.mark.parametrize("scalar_bounds", [False, True], ids=["array_bounds", "scalar_bounds"])
 def test_clamp(rng, etype, scalar_bounds):
+    n = 1 if scalar_bounds else N
     if etype.is_float:
         x = floats(rng, etype, -10, 10)
-        lo, hi = floats(rng, etype, -6, -1, 1 if scalar_bounds else N), floats(rng, etype, 1, 6, 1 if scalar_bounds else N)
+        lo, hi = floats(rng, etype, -6, -1, n), floats(rng, etype, 1, 6, n)
     else:
-        x = ints(rng, etype, lo=0 if not etype.is_signed else -100, hi=100)
-        lo = ints(rng, etype, 1 if scalar_bounds else N, lo=10, hi=30)
-        hi = ints(rng, etype, 1 if scalar_bounds else N, lo=50, hi=80)
+        x = ints(rng, etype, lo=-100, hi=100)
+        lo, hi = ints(rng, etype, n, lo=10, hi=30), ints(rng, etype, n, lo=50, hi=80)
     if scalar_bounds:
         lo, hi = lo.reshape(()), hi.reshape(())
-    expected = elementwise(lambda l, v, h: min(h, max(l, v)), np.broadcast_to(lo, x.shape), x, np.broadcast_to(hi, x.shape))
+    expected = elementwise(lambda low, v, high: min(high, max(low, v)),
+                           np.broadcast_to(lo, x.shape), x, np.broadcast_to(hi, x.shape))
     got = run("clamp", lo, x, hi)
     assert got.dtype == etype.np_dtype
     np.testing.assert_array_equal(got.astype(np.float64), expected)
 
 
 def test_clamp_propagates_nan():
-    got = run("clamp", np.float32(-1).reshape(()), np.array([np.nan, 5, -5, -0.0], np.float32), np.float32(1).reshape(()))
+    low, high = np.array(-1, np.float32), np.array(1, np.float32)
+    got = run("clamp", low, np.array([np.nan, 5, -5, -0.0], np.float32), high)
     assert_bits_equal(got, np.array([np.nan, 1, -1, -0.0], np.float32))
 
 
