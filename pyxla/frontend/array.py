@@ -139,7 +139,7 @@ _COMPARISONS = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greate
 _UNARY = {"neg": "negative", "pos": "positive", "abs": "absolute", "invert": "invert"}
 _METHODS = ("sum", "prod", "mean", "var", "std", "max", "min", "argmax", "argmin", "all", "any",
             "cumsum", "cumprod", "ptp", "ravel", "squeeze", "swapaxes", "clip", "round", "take",
-            "sort", "argsort", "dot", "repeat", "diagonal", "trace", "conj", "conjugate", "nonzero",
+            "sort", "argsort", "dot", "repeat", "diagonal", "conj", "conjugate", "nonzero",
             "searchsorted")
 
 

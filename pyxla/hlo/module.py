@@ -29,7 +29,8 @@ class HloModule:
         # Rebuilt when the module changed by other means than fresh_name.
         count = sum(len(c.instructions) for c in self.computations) + len(self.computations)
         if getattr(self, "_names_count", None) != count:
-            self._names = {c.name for c in self.computations}
+            issued = getattr(self, "_names", set())   # names handed out may not be in the module yet
+            self._names = issued | {c.name for c in self.computations}
             self._names.update(i.name for c in self.computations for i in c.instructions)
             self._names_count = count
         return self._names

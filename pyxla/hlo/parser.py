@@ -535,21 +535,7 @@ class _Parser:
             raise self.error_at(opcode_pos, f"unknown opcode '{opcode}'")
         self.expect("(", f"after opcode '{opcode}'")
         instr = HloInstruction(name, opcode, shape)
-        if opcode == "parameter":
-            self.skip_ws()
-            number_pos = self.pos
-            instr.parameter_number = self.integer("a parameter number", 0, _INT64_MAX)
-            if instr.parameter_number in scope.parameter_numbers:
-                other = scope.parameter_numbers[instr.parameter_number]
-                raise self.error_at(number_pos, f"parameter number {instr.parameter_number} is already "
-                                                f"used by '{other.name}'")
-            scope.parameter_numbers[instr.parameter_number] = instr
-            self.expect(")", "after the parameter number")
-        elif opcode == "constant":
-            instr.literal = self.literal(shape)
-            self.expect(")", "after the constant's literal")
-        else:
-            instr.operands = self.operands(scope)
+        self.operand_list(instr, scope)
         self.attributes(instr, scope)
         scope.by_name[name] = instr
         scope.comp.add_instruction(instr)
@@ -558,6 +544,25 @@ class _Parser:
                 raise self.error_at(root_pos, f"second ROOT in computation '{scope.comp.name}' "
                                               f"(the first is '{scope.root.name}')")
             scope.root = instr
+
+    def operand_list(self, instr: HloInstruction, scope: _ComputationScope) -> None:
+        """What stands between the parentheses: a parameter's number, a constant's literal or
+        operand names."""
+        if instr.opcode == "parameter":
+            self.skip_ws()
+            number_pos = self.pos
+            number = self.integer("a parameter number", 0, _INT64_MAX)
+            if number in scope.parameter_numbers:
+                raise self.error_at(number_pos, f"parameter number {number} is already used by "
+                                                f"'{scope.parameter_numbers[number].name}'")
+            scope.parameter_numbers[number] = instr
+            instr.parameter_number = number
+            self.expect(")", "after the parameter number")
+        elif instr.opcode == "constant":
+            instr.literal = self.literal(instr.shape)
+            self.expect(")", "after the constant's literal")
+        else:
+            instr.operands = self.operands(scope)
 
     def operands(self, scope: _ComputationScope) -> list[HloInstruction]:
         operands: list[HloInstruction] = []
@@ -953,7 +958,7 @@ def _floats_to_array(parser: _Parser, tokens, positions, etype: ElementType) -> 
         arr = wide if etype.name == "f64" else wide.astype(np.float32)
         if etype.name in ("f16", "bf16"):
             arr = arr.astype(etype.np_dtype)
-    overflow = np.isinf(arr.astype(np.float64)) & np.isfinite(wide)
+        overflow = np.isinf(arr.astype(np.float64)) & np.isfinite(wide)
     if overflow.any():
         i = int(np.argmax(overflow))
         raise parser.error_at(positions[i], f"value {tokens[i]} is out of range for {etype.name}")

@@ -240,6 +240,9 @@ def literal_text(literal: Any, shape, print_large_constants: bool = True) -> str
     if arr.ndim and arr.size > _SMALL_CONSTANT_ELEMENTS and not print_large_constants:
         return "{...}"
     etype = shape.dtype if isinstance(shape, ArrayShape) else None
+    if etype is not None and arr.dtype != etype.np_dtype:   # e.g. a float64 array given for f32
+        with np.errstate(all="ignore"):
+            arr = arr.astype(etype.np_dtype)
     texts = element_texts(arr, etype)
     if arr.ndim == 0:
         return texts[0]
@@ -263,7 +266,8 @@ def element_texts(arr: np.ndarray, etype: ElementType | None) -> list[str]:
 def _float_texts(flat: np.ndarray, type_name: str) -> list[str]:
     fmt = FLOAT_FORMATS[type_name]
     bits = flat.view(fmt.uint_dtype).tolist()
-    values = flat.astype(np.float64).tolist()
+    with np.errstate(invalid="ignore"):   # signalling NaNs widen quietly; their bits print below
+        values = flat.astype(np.float64).tolist()
     mantissa_mask = (1 << fmt.mantissa_bits) - 1
     sign_bit = 1 << (fmt.bits - 1)
     out = []

@@ -422,6 +422,8 @@ def _scan_traced(f: Callable, carry: Carry, x_leaves: list[Any], x_tree: PyTreeD
     probe = _probe_scan_body(f, carry, x_avals, x_tree)
     carry = probe.carry
     buffers = [full((length,) + a.dims, 0, a.dtype) for a in probe.y_avals]
+    if length == 0:   # no step runs (and no slice of a size-0 axis would be valid)
+        return carry.value(), tree_unflatten(probe.y_tree, buffers)
 
     def body(state):
         i, c, ys = state

@@ -16,6 +16,7 @@ Results. Eagerly, public functions return `pyxla.Array` (an ndarray subclass wit
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any, Callable, Sequence
 
 import ml_dtypes
@@ -23,6 +24,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..frontend.tracing import Tracer, bind, current_trace, where
+from ..hlo.builder import scalar_computation
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
 
@@ -65,6 +67,20 @@ def eager_result(out: Any) -> Any:
     if isinstance(out, (tuple, list)):
         return type(out)(eager_result(o) for o in out)
     return out
+
+
+_computation_ids = itertools.count(1)
+
+
+def computation_name(base: str) -> str:
+    """A computation name not made before: a module needs distinct names for its reducers."""
+    return f"{base}.{next(_computation_ids)}"
+
+
+def scalar_reducer(opcode: str, dtype: np.dtype):
+    """`(a, b) -> opcode(a, b)` on scalars of `dtype`, freshly named."""
+    etype = from_numpy_dtype(dtype)
+    return scalar_computation(opcode, etype, computation_name(f"{opcode}_{etype.name}"))
 
 
 def fail(name: str, message: str) -> TraceError:

@@ -27,8 +27,8 @@ from ..hlo.attributes import SliceDim
 from ..hlo.builder import HloBuilder
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
-from .core import (BOOL, INT64, broadcast_shapes, broadcast_to, compare, convert, dtype_of, export,
-                   normalize_axis, operand, reshape_to, select, shape_of, static_int)
+from .core import (BOOL, INT64, broadcast_shapes, broadcast_to, computation_name, convert, dtype_of, export,
+                   normalize_axis, operand, reshape_to, shape_of, static_int)
 
 
 @dataclass
@@ -67,7 +67,7 @@ def _classify(item: Any) -> _Entry:
         raise NotImplementedError("indexing with a boolean scalar (x[True]) is not supported")
     if isinstance(item, (int, np.integer)):
         return _Entry("int", int(item))
-    arr = np.asarray(item._value if hasattr(item, "_value") else item)
+    arr = np.asarray(item)
     if arr.dtype == BOOL:
         return _Entry("mask", arr)
     if arr.dtype.kind in "iu":
@@ -118,12 +118,10 @@ def _check_bounds(i: int, n: int, dim: int) -> int:
 
 
 def _traced_position(i: Any, n: int) -> Any:
-    """A traced index with negative values counted from the end (i + n)."""
-    if dtype_of(i).kind == "u":
-        return i
-    from .elementwise import add, where
-    return where(compare(i, convert(np.zeros(shape_of(i), np.int64), dtype_of(i)) if False else
-                         broadcast_to(np.asarray(0, dtype_of(i)), shape_of(i)), "LT"), add(i, n), i)
+    """A traced index as int64, negative values counted from the end (i + n)."""
+    from .elementwise import add, less, where
+    i = convert(i, INT64)
+    return where(less(i, 0), add(i, n), i)
 
 
 def _apply_basic(x: Any, entries: list[_Entry]) -> Any:
@@ -152,7 +150,7 @@ def _apply_basic(x: Any, entries: list[_Entry]) -> Any:
     if any((s.start, s.limit, s.stride) != (0, n, 1) for s, n in zip(spec, shape)):
         x = bind("slice", x, slice=tuple(spec))
     if dynamic:
-        starts = [convert(_traced_position(dynamic[d], n), INT64) if d in dynamic else np.asarray(0, np.int64)
+        starts = [_traced_position(dynamic[d], n) if d in dynamic else np.asarray(0, np.int64)
                   for d, n in enumerate(shape_of(x))]
         sizes = tuple(1 if d in dynamic else n for d, n in enumerate(shape_of(x)))
         x = bind("dynamic-slice", x, *starts, dynamic_slice_sizes=sizes)
@@ -164,7 +162,7 @@ def _apply_basic(x: Any, entries: list[_Entry]) -> Any:
 def _index_positions(idx: Any, n: int, dim: int) -> Any:
     """An integer index array for a dimension of size n, negatives counted from the end."""
     if isinstance(idx, Tracer):
-        return convert(_traced_position(idx, n), INT64)
+        return _traced_position(idx, n)
     idx = np.asarray(idx, dtype=np.int64)
     bad = (idx < -n) | (idx >= n)
     if bad.any():
@@ -205,17 +203,12 @@ def getitem(x: Any, index: Any) -> Any:
     if advanced:   # integers among advanced indices are 0-d index arrays
         entries = [_Entry("array", e.value) if e.kind in ("int", "dynamic") else e for e in entries]
     x = _apply_basic(x, entries)
-    if not advanced:
-        dims, sizes = [e for e in entries if e.kind != "new"], iter(shape_of(x))
-        out = []
+    if not advanced:   # drop the integer-indexed dims, insert the new axes
+        sizes, out = iter(shape_of(x)), []
         for e in entries:
-            if e.kind == "new":
-                out.append(1)
-            else:
-                n = next(sizes)
-                if e.kind == "slice":
-                    out.append(n)
-        del dims
+            n = 1 if e.kind == "new" else next(sizes)
+            if e.kind in ("new", "slice"):
+                out.append(n)
         return reshape_to(x, out)
     # New axes become size-1 dims of the operand, indexed by full slices.
     sizes, dims = iter(shape_of(x)), []
@@ -235,7 +228,7 @@ _COMBINERS = {"set": None, "add": "add", "multiply": "multiply", "divide": "divi
 def _combiner(how: str, dtype: np.dtype):
     """(old, new) -> the updated element, as a scalar computation."""
     etype = from_numpy_dtype(dtype)
-    b = HloBuilder(f"scatter_{how}_{etype.name}")
+    b = HloBuilder(computation_name(f"scatter_{how}_{etype.name}"))
     scalar = ArrayShape(etype, ())
     old, new = b.parameter(scalar, "old"), b.parameter(scalar, "new")
     opcode = _COMBINERS[how]
@@ -374,5 +367,3 @@ def select(condlist, choicelist, default=0):
         out = where(cond, convert(operand("select", choice), dt), out)
     return out
 
-
-_ = select   # `select` above shadows core.select only inside this module's public API

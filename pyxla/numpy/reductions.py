@@ -7,6 +7,7 @@ float32 and are rounded once, so long half-precision sums do not drift.
 """
 from __future__ import annotations
 
+import builtins
 import math
 from typing import Any, Callable
 
@@ -14,12 +15,11 @@ import numpy as np
 
 from ..frontend.tracing import bind, trace_computation
 from ..hlo.attributes import WindowDim
-from ..hlo.builder import scalar_computation
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
 from .core import (BFLOAT16, BOOL, FLOAT16, FLOAT32, FLOAT64, INT64, UINT64, broadcast_to, compare,
-                   convert, dtype_of, export, is_float, normalize_axes, normalize_axis, operand,
-                   reshape_to, result_type, select, shape_of, supported_dtype)
+                   computation_name, convert, dtype_of, export, is_float, normalize_axes, normalize_axis, operand,
+                   reshape_to, result_type, scalar_reducer, select, shape_of, supported_dtype)
 
 
 def _array(name: str, a: Any) -> Any:
@@ -55,7 +55,7 @@ def reduce_axes(x: Any, axes: tuple[int, ...], opcode: str, init: Any) -> Any:
     if not axes:
         return x
     return bind("reduce", x, np.asarray(init, dtype=dt), dimensions=tuple(axes),
-                to_apply=scalar_computation(opcode, from_numpy_dtype(dt)))
+                to_apply=scalar_reducer(opcode, dt))
 
 
 def _masked(name: str, x: Any, where: Any, identity: Any) -> Any:
@@ -114,7 +114,7 @@ def _extremum(name: str, opcode: str, identity: Callable, combine: str) -> Calla
         shape = shape_of(a)
         axes = normalize_axes(name, axis, len(shape))
         if initial is None:
-            if any(shape[d] == 0 for d in axes):
+            if builtins.any(shape[d] == 0 for d in axes):
                 raise ValueError(f"pyxla.numpy.{name}: zero-size array to reduction operation "
                                  f"{opcode} which has no identity")
             if where is not None and where is not True:
@@ -322,7 +322,7 @@ def _arg_reducer(dt: np.dtype, direction: str):
         pick_a = bind("or", better, bind("and", equal, compare(ia, ib, "LT")))
         return select(pick_a, a, b), select(pick_a, ia, ib)
 
-    comp, *_ = trace_computation(reducer, [scalar, index, scalar, index], f"arg{direction.lower()}",
+    comp, *_ = trace_computation(reducer, [scalar, index, scalar, index], computation_name(f"arg_{direction.lower()}"),
                                  allow_captures=False)
     return comp
 
@@ -374,7 +374,7 @@ def _cumulative(name: str, opcode: str, identity: Callable) -> Callable:
         # Output i reduces the window x[i - n + 1 .. i]: a window as long as the axis, padded in front.
         window = tuple(WindowDim(n, 1, n - 1, 0) if d == ax else WindowDim(1) for d in range(len(shape)))
         r = bind("reduce-window", x, np.asarray(identity(acc), acc), window=window,
-                 to_apply=scalar_computation(opcode, from_numpy_dtype(acc)))
+                 to_apply=scalar_reducer(opcode, acc))
         return convert(r, out_dtype)
     scan.__name__ = name
     scan.__doc__ = f"NumPy's {name} along `axis` (None: of the flattened array)."

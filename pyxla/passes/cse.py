@@ -11,37 +11,58 @@ from .dce import _has_side_effects
 from .hlo_pass import hlo_pass
 
 
-def _attr_key(value):
-    if isinstance(value, dict):
-        return tuple(sorted((k, _attr_key(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_attr_key(v) for v in value)
-    if hasattr(value, "instructions"):   # a computation: identity, not structure
-        return ("computation", id(value))
-    return value
+def _literal_key(instr):
+    lit = instr.literal
+    if lit is None:
+        return None
+    if isinstance(lit, tuple):
+        return tuple((x.dtype.str, x.shape, x.tobytes()) for x in lit)
+    return (lit.dtype.str, lit.shape, lit.tobytes())
 
 
-def _key(instr):
-    if instr.opcode == "constant":
-        lit = instr.literal
-        literal = (lit.dtype.str, lit.shape, lit.tobytes()) if not isinstance(lit, tuple) else \
-            tuple((x.dtype.str, x.shape, x.tobytes()) for x in lit)
-    else:
-        literal = None
-    return (instr.opcode, instr.shape, tuple(id(o) for o in instr.operands),
-            _attr_key(instr.semantic_attrs()), literal)
+class StructureKeys:
+    """Hashable keys of instructions, with called computations compared by structure, names
+    aside: JAX emits one reducer computation per reduce, and identical ones must not keep
+    two reduces apart. Keys of computations are memoised for one pass run (a computation
+    changed by a later pass gets a new StructureKeys)."""
+
+    def __init__(self):
+        self._computations: dict[int, tuple] = {}
+
+    def attr(self, value):
+        if isinstance(value, dict):
+            return tuple(sorted((k, self.attr(v)) for k, v in value.items()))
+        if isinstance(value, (list, tuple)):
+            return tuple(self.attr(v) for v in value)
+        if hasattr(value, "instructions"):
+            return self.computation(value)
+        return value
+
+    def computation(self, comp) -> tuple:
+        if id(comp) not in self._computations:
+            order = comp.post_order()
+            position = {id(i): n for n, i in enumerate(order)}
+            self._computations[id(comp)] = tuple(
+                (i.opcode, i.shape, i.parameter_number, tuple(position[id(o)] for o in i.operands),
+                 self.attr(i.semantic_attrs()), _literal_key(i)) for i in order) + (position[id(comp.root)],)
+        return self._computations[id(comp)]
+
+    def instruction(self, instr) -> tuple:
+        return (instr.opcode, instr.shape, tuple(id(o) for o in instr.operands),
+                self.attr(instr.semantic_attrs()), _literal_key(instr))
 
 
 @hlo_pass("cse")
 def common_subexpression_elimination(module: HloModule) -> bool:
     """Replace each instruction that repeats an earlier identical one by that one."""
     changed = False
+    keys = StructureKeys()
     for comp in module.computations:
         seen = {}
         for instr in comp.post_order():
             if instr.opcode in ("parameter", "rng-bit-generator", "rng") or _has_side_effects(instr):
                 continue
-            key = _key(instr)
+            key = keys.instruction(instr)
             first = seen.get(key)
             if first is None:
                 seen[key] = instr

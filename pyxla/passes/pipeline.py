@@ -86,6 +86,11 @@ class _Instruments:
         self.dump_dir = Path(dump) / module.name if dump else None
         self.debug = debug if debug is not None else "passes" in os.environ.get("PYXLA_DEBUG", "").split(",")
         self.step = 0
+        if self.verify:
+            try:
+                verify_module(module)
+            except VerifierError as e:
+                raise VerifierError(f"before the first pass: {e}") from None
         if self.dump_dir:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             self._dump(module, "input")

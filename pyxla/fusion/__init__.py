@@ -1,0 +1,1 @@
+"""Fusion, scheduling and buffer assignment: the global decisions after optimisation."""

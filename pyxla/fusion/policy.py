@@ -1,0 +1,200 @@
+"""Fusion heuristics, in one place a backend configures.
+
+`FusionPolicy.refuse(producer, consumer)` says why `producer` may NOT be fused into
+`consumer` (a plain instruction or a fusion instruction), or None when it may. The fusion
+pass only asks; every "no" it gets is logged with this reason (PYXLA_DEBUG=fusion).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hlo.instruction import HloInstruction
+from ..hlo.ops import op_def
+from ..hlo.shape import ArrayShape
+
+# Ops whose per-element cost is high: recomputing them per use is not free.
+EXPENSIVE = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt", "cbrt",
+                       "sine", "cosine", "tan", "tanh", "logistic", "erf", "power", "atan2", "divide",
+                       "remainder", "gather"})
+# Ops a loop kernel computes from indices alone: fusable into any consumer.
+FUSIBLE_KINDS = frozenset({"elementwise", "broadcast", "injective"})
+# Data-movement ops that are not worth fusing as producers: they copy, so keep their result.
+NEVER_PRODUCERS = frozenset({"parameter", "tuple", "get-tuple-element", "while", "conditional", "call",
+                             "custom-call", "rng-bit-generator", "sort", "scatter", "dynamic-update-slice",
+                             "opt-barrier", "fusion", "select-and-scatter", "reduce-window", "convolution",
+                             "dot", "reduce", "topk"})
+OUTPUT_FUSION_ROOTS = frozenset({"dot", "convolution"})
+
+
+@dataclass(frozen=True)
+class FusionPolicy:
+    """What the backend can emit and how much recomputation it accepts."""
+    output_fusion: bool = True        # dot/convolution with elementwise epilogues in one kernel
+    row_fusion: bool = True           # a row reduction whose result is broadcast back along its rows
+    max_duplicated_users: int = 4     # a cheap producer may be recomputed for this many consumers
+    max_fused_instructions: int = 200
+    max_constant_elements: int = 1    # larger constants stay buffers, not fused literals
+
+    def refuse(self, producer: HloInstruction, consumer: HloInstruction) -> str | None:
+        if not isinstance(producer.shape, ArrayShape):
+            return "produces a tuple"
+        opcode = producer.opcode
+        if opcode == "constant":
+            if producer.shape.size > self.max_constant_elements:
+                return f"constant of {producer.shape.size} elements stays a buffer"
+            return None
+        if opcode == "reduce" or (opcode == "fusion" and producer.attrs.get("kind") == "kInput"):
+            return self._refuse_row_reduction(producer, consumer)
+        if opcode == "fusion":
+            return self._refuse_fusion_merge(producer, consumer)
+        if opcode in OUTPUT_FUSION_ROOTS:
+            return self._refuse_output_fusion(producer, consumer)
+        if opcode in NEVER_PRODUCERS:
+            return f"{opcode} is not fused as a producer"
+        if op_def(opcode).fusion_kind not in FUSIBLE_KINDS:
+            return f"{opcode} is {op_def(opcode).fusion_kind}, not a loop op"
+        if _feeds_gemm(producer, consumer):
+            return "feeds the dot/convolution of an output fusion (the GEMM reads plain buffers)"
+        outside = [u for u in producer.users if u is not consumer]
+        if outside:
+            if opcode in EXPENSIVE:
+                return f"expensive {opcode} has {len(producer.users)} users: fusing would compute it again"
+            if len(producer.users) > self.max_duplicated_users:
+                return f"{len(producer.users)} users exceed the duplication budget {self.max_duplicated_users}"
+        if opcode in EXPENSIVE and _reads_more_than_once(producer, consumer):
+            return f"expensive {opcode} would be recomputed for each of several uses of an element"
+        if _fused_size(consumer) >= self.max_fused_instructions:
+            return f"the fusion already has {self.max_fused_instructions} instructions"
+        return None
+
+    def _refuse_row_reduction(self, producer: HloInstruction, consumer: HloInstruction) -> str | None:
+        """A reduction over trailing (row) dimensions may join a consumer that uses its result
+        only per row: elementwise on the reduced shape, then broadcast back over the rows. The
+        kernel then reduces each row and uses the result on that same row."""
+        if not self.row_fusion:
+            return "row fusion is off"
+        reduce = producer.attrs["calls"].root if producer.opcode == "fusion" else producer
+        if reduce.opcode != "reduce":   # a row fusion already: its output is per element of the rows
+            if consumer.opcode == "fusion" and _contains(consumer, lambda i: i.opcode == "reduce"):
+                return "both fusions hold reductions"
+            return self._refuse_fusion_merge(producer, consumer)
+        if len(reduce.operands) != 2:
+            return "a variadic reduce (argmax) is its own kernel"
+        if len(producer.users) != 1:
+            return f"{producer.opcode} has {len(producer.users)} users"
+        rows = reduce.operands[0].shape.dims
+        dims = tuple(sorted(reduce.attrs["dimensions"]))
+        if dims != tuple(range(len(rows) - len(dims), len(rows))):
+            return "reduces dimensions that are not the trailing (row) dimensions"
+        kept = tuple(range(len(rows) - len(dims)))
+        if consumer.opcode != "fusion":
+            if op_def(consumer.opcode).fusion_kind != "elementwise" or consumer.shape.dims != reduce.shape.dims:
+                return f"{consumer.opcode} is neither an epilogue of the reduction nor a row fusion"
+            return None
+        problem = _uses_per_row(fused_parameter(consumer, producer), reduce.shape.dims, rows, kept)
+        if problem:
+            return problem
+        root = consumer.attrs["calls"].root
+        root_rows = root.operands[0].shape.dims if root.opcode == "reduce" else root.shape.dims
+        if root_rows not in (rows, reduce.shape.dims):
+            return "the fusion does not iterate over the reduced rows"
+        return None
+
+    def _refuse_output_fusion(self, gemm: HloInstruction, consumer: HloInstruction,
+                              merging: HloInstruction | None = None) -> str | None:
+        if not self.output_fusion:
+            return "output fusion is off"
+        if merging is None and len(gemm.users) != 1:
+            return f"{gemm.opcode} has {len(gemm.users)} users"
+        root = consumer.attrs["calls"].root if consumer.opcode == "fusion" else consumer
+        if op_def(root.opcode).fusion_kind != "elementwise" or root.shape.dims != gemm.shape.dims:
+            return f"{consumer.opcode} is not an elementwise epilogue of the same shape"
+        if consumer.opcode == "fusion" and _contains(consumer, lambda i: i.opcode in OUTPUT_FUSION_ROOTS | {"reduce"}):
+            return "the fusion already holds a dot, convolution or reduction"
+        return None
+
+
+    def _refuse_fusion_merge(self, producer: HloInstruction, consumer: HloInstruction) -> str | None:
+        """A loop or output fusion read by exactly one consumer merges into it."""
+        if len(producer.users) != 1:
+            return f"fusion has {len(producer.users)} users"
+        root = producer.attrs["calls"].root
+        if producer.attrs.get("kind") == "kOutput":
+            return self._refuse_output_fusion(root, consumer, merging=producer)
+        if _feeds_gemm(producer, consumer):
+            return "feeds the dot/convolution of an output fusion (the GEMM reads plain buffers)"
+        expensive = [i.opcode for i in producer.attrs["calls"].instructions if i.opcode in EXPENSIVE]
+        if expensive and _reads_more_than_once(producer, consumer):
+            return f"expensive {expensive[0]} would be recomputed for each of several uses of an element"
+        if _fused_size(consumer) + _fused_size(producer) > self.max_fused_instructions:
+            return f"the merged fusion would exceed {self.max_fused_instructions} instructions"
+        return None
+
+
+def _uses_per_row(param: HloInstruction, reduced: tuple, rows: tuple, kept: tuple) -> str | None:
+    """None when every use of a reduced value is elementwise on the reduced shape and ends in a
+    broadcast back over the rows; else which use is not."""
+    stack = list(param.users)
+    seen: set[int] = set()
+    while stack:
+        user = stack.pop()
+        if id(user) in seen:
+            continue
+        seen.add(id(user))
+        if user.opcode == "broadcast":
+            if tuple(user.attrs["dimensions"]) == kept and user.shape.dims == rows:
+                continue
+            return "its result is broadcast to something other than its own rows"
+        if op_def(user.opcode).fusion_kind == "elementwise" and user.shape.dims == reduced:
+            if user is user.parent.root:
+                continue
+            stack.extend(user.users)
+            continue
+        return f"its result is used by {user.opcode}, not per row"
+    return None
+
+
+def fused_parameter(fusion: HloInstruction, operand: HloInstruction) -> HloInstruction:
+    """The parameter of `fusion`'s computation that receives `operand`."""
+    number = fusion.operands.index(operand)
+    return next(p for p in fusion.attrs["calls"].parameters if p.parameter_number == number)
+
+
+def _contains(fusion: HloInstruction, test) -> bool:
+    return any(test(i) for i in fusion.attrs["calls"].instructions)
+
+
+def _fused_size(consumer: HloInstruction) -> int:
+    return len(consumer.attrs["calls"].instructions) if consumer.opcode == "fusion" else 1
+
+
+def _feeds_gemm(producer: HloInstruction, consumer: HloInstruction) -> bool:
+    if consumer.opcode in OUTPUT_FUSION_ROOTS:
+        return True
+    if consumer.opcode != "fusion":
+        return False
+    param = fused_parameter(consumer, producer)
+    return any(u.opcode in OUTPUT_FUSION_ROOTS for u in param.users)
+
+
+def _reads_more_than_once(producer: HloInstruction, consumer: HloInstruction) -> bool:
+    """Whether the consumer's kernel would compute some element of `producer` again for
+    several of its outputs (a broadcast over inner dimensions, a window, a gather).
+
+    A broadcast along the outer dimensions is not: the broadcast value is the same for a
+    whole inner loop, so the loop computes it once per outer iteration (LLVM hoists it).
+    """
+    if consumer.opcode != "fusion":
+        users = [consumer]
+    else:
+        users = fused_parameter(consumer, producer).users
+    for u in users:
+        if u.opcode == "broadcast":
+            dims = tuple(u.attrs["dimensions"])
+            if dims != tuple(range(len(dims))):
+                return True
+        elif u.opcode in ("reduce-window", "gather"):
+            return True
+        elif u.opcode != "reduce" and isinstance(u.shape, ArrayShape) and u.shape.size > producer.shape.size:
+            return True
+    return False

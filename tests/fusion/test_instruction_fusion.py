@@ -1,0 +1,124 @@
+"""Fusion decisions: the kernel counts that matter, values unchanged, reasons logged."""
+import pytest
+
+from pyxla.fusion.instruction_fusion import FusionLog, fusion_pass, kernels
+from pyxla.fusion.policy import FusionPolicy
+from pyxla.hlo import parse_module, verify_module
+from pyxla.passes.pipeline import run_pipeline
+
+from ..passes.hlo_checks import assert_same_values
+from . import programs
+
+
+def fused(text: str, policy: FusionPolicy | None = None):
+    module = parse_module(text)
+    run_pipeline(module)
+    fusion_pass(policy)(module)
+    verify_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name,text,most", [
+    ("sum(x + y*z)", programs.SUM_OF_FMA, 1),
+    ("tanh GELU", programs.GELU_TANH, 1),
+    ("softmax", programs.SOFTMAX, 2),
+    ("layer norm", programs.LAYER_NORM, 2),
+    ("dense + bias + relu", programs.DENSE_RELU, 1),
+])
+def test_kernel_counts(name, text, most, rng):
+    module = fused(text)
+    ks = kernels(module.entry)
+    assert len(ks) <= most, [f"{k.opcode}:{k.attrs.get('kind')}" for k in ks]
+    assert_same_values(parse_module(text), module, rng, rtol=1e-5)
+
+
+def test_kinds():
+    assert fused(programs.SUM_OF_FMA).entry.root.attrs["kind"] == "kInput"
+    assert fused(programs.GELU_TANH).entry.root.attrs["kind"] == "kLoop"
+    assert fused(programs.DENSE_RELU).entry.root.attrs["kind"] == "kOutput"
+
+
+def test_without_output_fusion_the_dot_stays_apart(rng):
+    module = fused(programs.DENSE_RELU, FusionPolicy(output_fusion=False))
+    opcodes = sorted(k.opcode for k in kernels(module.entry))
+    assert opcodes == ["dot", "fusion"]
+    assert_same_values(parse_module(programs.DENSE_RELU), module, rng, rtol=1e-5)
+
+
+def test_expensive_producer_with_two_users_is_not_duplicated():
+    text = """
+HloModule shared_exp
+ENTRY main {
+  x = f32[8] parameter(0)
+  e = f32[8] exponential(x)
+  a = f32[8] negate(e)
+  b = f32[8] abs(e)
+  ROOT t = (f32[8], f32[8]) tuple(a, b)
+}
+"""
+    module = fused(text)
+    exps = [i for c in module.computations for i in c.instructions if i.opcode == "exponential"]
+    assert len(exps) == 1
+    assert any("expensive exponential has 2 users" in line for line in module.fusion_log)
+
+
+def test_cheap_producer_is_duplicated_into_its_consumers():
+    text = """
+HloModule shared_add
+ENTRY main {
+  x = f32[8] parameter(0)
+  y = f32[8] parameter(1)
+  s = f32[8] add(x, y)
+  a = f32[8] exponential(s)
+  b = f32[8] tanh(s)
+  ROOT t = (f32[8], f32[8]) tuple(a, b)
+}
+"""
+    module = fused(text)
+    assert [k.opcode for k in kernels(module.entry)] == ["fusion", "fusion"]
+    adds = [i for c in module.computations for i in c.instructions if i.opcode == "add"]
+    assert len(adds) == 2
+
+
+def test_never_fuses_across_control_flow_or_custom_calls(rng):
+    text = """
+HloModule boundaries
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s2 = (s32[], f32[4]) parameter(0)
+  i2 = s32[] get-tuple-element(s2), index=0
+  v = f32[4] get-tuple-element(s2), index=1
+  one = s32[] constant(1)
+  i3 = s32[] add(i2, one)
+  v2 = f32[4] sine(v)
+  ROOT t = (s32[], f32[4]) tuple(i3, v2)
+}
+ENTRY main {
+  x = f32[4] parameter(0)
+  e = f32[4] exponential(x)
+  z = s32[] constant(0)
+  init = (s32[], f32[4]) tuple(z, e)
+  w = (s32[], f32[4]) while(init), condition=cond, body=body
+  r = f32[4] get-tuple-element(w), index=1
+  c = f32[4] custom-call(r), custom_call_target="Sharding", sharding={replicated}
+  ROOT out = f32[4] negate(c)
+}
+"""
+    module = fused(text)
+    opcodes = [k.opcode for k in kernels(module.entry)]
+    assert "while" in opcodes and "custom-call" in opcodes
+    assert_same_values(parse_module(text), module, rng)
+
+
+def test_log_gives_reasons(monkeypatch, capsys):
+    monkeypatch.setenv("PYXLA_DEBUG", "fusion")
+    module = parse_module(programs.DENSE_RELU)
+    fusion_pass(FusionPolicy(output_fusion=False))(module)
+    err = capsys.readouterr().err
+    assert "not fusing %d (dot)" in err and "output fusion is off" in err
+    assert "pyxla fusion: fuse %" in err
