@@ -65,6 +65,11 @@ _SMALL_CONSTANT_ELEMENTS = 10
 
 
 def print_module(module, *, print_metadata: bool = True, print_large_constants: bool = True) -> str:
+    """The module as HLO text that parse_module reads back to the same module.
+
+    print_metadata=False drops `metadata={...}`; print_large_constants=False prints constants
+    of more than ten elements as `{...}` (XLA's short form: readable, but the values are lost).
+    """
     header = "HloModule " + module.name + "".join(f", {k}={v}" for k, v in module.header_attrs.items())
     computations = list(module.computations)
     if module.entry is not None and module.entry not in computations:
