@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import os
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from ..backends import get_backend
+from ..compiler import CompiledModule, compile_module
 from ..errors import ArgumentError, TraceError
 from ..hlo.module import HloModule
 from ..hlo.printer import print_module
@@ -72,9 +74,10 @@ def _normalize_static(index: int | Iterable[int] | None) -> tuple[int, ...]:
 class Compiled:
     """A compiled executable for one signature: callable, with its module and analyses."""
 
-    def __init__(self, module: HloModule, executable, in_tree: PyTreeDef, out_tree: PyTreeDef,
+    def __init__(self, compiled: CompiledModule, executable, in_tree: PyTreeDef, out_tree: PyTreeDef,
                  static_key: tuple, split_args: Callable, compile_seconds: float):
-        self.module = module
+        self.compiled = compiled
+        self.module = compiled.module
         self.executable = executable
         self.in_tree = in_tree
         self.out_tree = out_tree
@@ -83,14 +86,16 @@ class Compiled:
         self.compile_seconds = compile_seconds
 
     def as_text(self) -> str:
-        """The module as it runs (no optimisation passes exist yet, so as traced)."""
+        """The module as it runs: optimised, fused and scheduled."""
         return print_module(self.module)
 
     def cost_analysis(self) -> dict:
+        """Flops, transcendentals and bytes accessed, in total and per kernel."""
         return cost_analysis(self.module)
 
     def memory_analysis(self) -> dict:
-        return memory_analysis(self.module)
+        """Argument, output, constant and temp-arena bytes from the buffer assignment."""
+        return memory_analysis(self.module, self.compiled.buffers)
 
     def call_flat(self, leaves: list[np.ndarray]) -> Any:
         result = self.executable(*leaves)
@@ -130,8 +135,9 @@ class Lowered:
 
     def compile(self) -> Compiled:
         start = time.perf_counter()
-        executable = get_backend(self._jitted.backend).compile(self.module)
-        return Compiled(self.module, executable, self.in_tree, self.out_tree, self.static_key,
+        compiled = compile_module(self.module.clone(), donated=self._jitted.donate_argnums)
+        executable = get_backend(self._jitted.backend).compile(compiled.module)
+        return Compiled(compiled, executable, self.in_tree, self.out_tree, self.static_key,
                         self._jitted._split_args, time.perf_counter() - start)
 
 
@@ -143,12 +149,15 @@ class Jitted:
         get_backend(self.backend)
         self.signature = inspect.signature(fn)
         params = list(self.signature.parameters)
+        self.name = _identifier(getattr(fn, "__name__", "fn"))
         self.static_argnums = set(_normalize_static(static_argnums))
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
+        positional = [n for n, p in self.signature.parameters.items()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         for name in names:
-            if name in params:
-                self.static_argnums.add(params.index(name))
-        self.static_argnames = set(names) | {params[i] for i in self.static_argnums if i < len(params)}
+            if name in positional:
+                self.static_argnums.add(positional.index(name))
+        self.static_argnames = set(names) | {positional[i] for i in self.static_argnums if i < len(positional)}
         self.donate_argnums = _normalize_static(donate_argnums)
         self._cache: dict[tuple, Compiled] = {}
         self.trace_count = 0
@@ -156,25 +165,31 @@ class Jitted:
 
     # --- arguments -------------------------------------------------------------------------
     def _split_args(self, args: tuple, kwargs: dict):
-        """(static key, [(leaf array, weak)], tree of the dynamic arguments)."""
+        """(static key, [(leaf array, weak)], structure of the dynamic arguments).
+
+        Positional arguments at `static_argnums` and keyword arguments named in
+        `static_argnames` (or naming a parameter at a static position) are static: hashed
+        into the cache key and passed to the function as they are.
+        """
         try:
-            bound = self.signature.bind(*args, **kwargs)
+            self.signature.bind(*args, **kwargs)
         except TypeError as e:
             raise ArgumentError(f"{self.fn.__name__}(): {e}") from None
-        bound.apply_defaults()
-        static, dynamic = [], {}
-        for name, value in bound.arguments.items():
-            if name in self.static_argnames:
-                try:
-                    hash(value)
-                except TypeError:
-                    raise ArgumentError(f"static argument {name!r} of {self.fn.__name__} must be hashable, "
-                                        f"got {type(value).__name__}") from None
-                static.append((name, value))
+        static = []
+        dyn_args = []
+        for i, value in enumerate(args):
+            if i in self.static_argnums:
+                static.append((i, _hashable(self.fn.__name__, i, value)))
             else:
-                dynamic[name] = value
-        leaves, tree = tree_flatten(list(dynamic.values()))
-        return tuple(static), [_leaf_value(x) for x in leaves], (tuple(dynamic), tree)
+                dyn_args.append(value)
+        dyn_kwargs = {}
+        for name, value in sorted(kwargs.items()):
+            if name in self.static_argnames:
+                static.append((name, _hashable(self.fn.__name__, name, value)))
+            else:
+                dyn_kwargs[name] = value
+        leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        return tuple(static), [_leaf_value(x) for x in leaves], tree
 
     def _key(self, static_key, leaves, in_tree) -> tuple:
         sig = tuple(LeafSignature(a.shape, a.dtype.name, weak) for a, weak in leaves)
@@ -184,15 +199,13 @@ class Jitted:
     def _trace(self, static_key, leaves, in_tree) -> Lowered:
         start = time.perf_counter()
         self.trace_count += 1
-        names, tree = in_tree
-        trace = Trace(self.fn.__name__)
+        trace = Trace(self.name)
         with trace:
             tracers = [trace.new_parameter(ArrayShape(from_numpy_dtype(a.dtype), a.shape), f"arg{i}", weak)
                        for i, (a, weak) in enumerate(leaves)]
-            dyn_values = tree_unflatten(tree, tracers)
-            call_args = dict(zip(names, dyn_values))
-            call_args.update(dict(static_key))
-            args, kwargs = _call_arguments(self.signature, call_args)
+            dyn_args, kwargs = tree_unflatten(in_tree, tracers)
+            args = _merge_static(dyn_args, static_key)
+            kwargs.update({k: v for k, v in static_key if isinstance(k, str)})
             out = self.fn(*args, **kwargs)
             out_leaves, out_tree = tree_flatten(out)
             lifted = [trace.lift(x) for x in out_leaves]
@@ -200,7 +213,7 @@ class Jitted:
             root = lifted[0].instr
         else:
             root = trace.builder.tuple(*[t.instr for t in lifted])
-        module = trace.builder.module(root, name=f"jit_{self.fn.__name__}")
+        module = trace.builder.module(root, name=f"jit_{self.name}")
         module.donated_parameters = self.donate_argnums
         verify_module(module)
         return Lowered(self, module, in_tree, out_tree, static_key, time.perf_counter() - start)
@@ -237,21 +250,28 @@ class Jitted:
         self._cache.clear()
 
 
-def _call_arguments(signature: inspect.Signature, values: dict) -> tuple[list, dict]:
-    """Positional and keyword arguments for `values` keyed by parameter name."""
-    args, kwargs = [], {}
-    for name, param in signature.parameters.items():
-        if name not in values:
-            continue
-        if param.kind is inspect.Parameter.VAR_POSITIONAL:
-            args.extend(values[name])
-        elif param.kind is inspect.Parameter.VAR_KEYWORD:
-            kwargs.update(values[name])
-        elif param.kind is inspect.Parameter.KEYWORD_ONLY:
-            kwargs[name] = values[name]
-        else:
-            args.append(values[name])
-    return args, kwargs
+def _merge_static(dynamic: list, static_key: tuple) -> list:
+    """Positional arguments with the static ones put back at their positions."""
+    positions = dict((k, v) for k, v in static_key if isinstance(k, int))
+    args, it = [], iter(dynamic)
+    for i in range(len(dynamic) + len(positions)):
+        args.append(positions[i] if i in positions else next(it))
+    return args
+
+
+def _hashable(fn_name: str, where, value):
+    try:
+        hash(value)
+    except TypeError:
+        what = f"argument {where}" if isinstance(where, int) else f"argument {where!r}"
+        raise ArgumentError(f"static {what} of {fn_name} must be hashable, got {type(value).__name__}") from None
+    return value
+
+
+def _identifier(name: str) -> str:
+    """A name HLO text can carry (`<lambda>` -> `lambda`)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]", "", name)
+    return cleaned if cleaned and (cleaned[0].isalpha() or cleaned[0] == "_") else f"fn{cleaned}"
 
 
 def jit(fn: Callable | None = None, *, static_argnums=(), static_argnames=(), donate_argnums=(),

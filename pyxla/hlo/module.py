@@ -76,6 +76,16 @@ class HloModule:
         visit(self.entry)
         return order
 
+    def clone(self) -> "HloModule":
+        """An independent copy (through the text format, which round-trips exactly)."""
+        from .parser import parse_module
+        from .printer import print_module
+        copy = parse_module(print_module(self), source=f"<clone of {self.name}>")
+        for key, value in self.__dict__.items():   # annotations front ends attach (donations, ...)
+            if key not in copy.__dict__ and not key.startswith("_"):
+                setattr(copy, key, value)
+        return copy
+
     def to_text(self, **options) -> str:
         from .printer import print_module
         return print_module(self, **options)

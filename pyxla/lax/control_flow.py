@@ -179,13 +179,11 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
 
 
 def _while_traced(cond_fun: Callable, body_fun: Callable, carry: Carry, what: str) -> Any:
-    body = _trace_body(body_fun, carry, what)
-    carry = _carry_with_avals(carry, body.avals_in)
+    traced, carry = _trace_body(body_fun, carry, what)
     cond = trace_flat(f"{what} cond_fun", lambda *xs: cond_fun(tree_unflatten(carry.tree, xs)), carry, "while_cond")
     if cond.tree.num_leaves != 1 or cond.tree.kind != "leaf" or not cond.avals[0].compatible(ArrayShape(PRED, ())):
         got = ", ".join(a.to_text(False) for a in cond.avals) or "nothing"
         raise TraceError(f"{what} cond_fun must return a pred[] scalar, got {got}{where()}")
-    traced = body.traced
     captures = _unique(traced.captures + cond.captures)
     n = len(carry.avals)
     state_shape = TupleShape(tuple(carry.avals) + tuple(aval(c) for c in captures))
@@ -204,20 +202,15 @@ def _while_traced(cond_fun: Callable, body_fun: Callable, carry: Carry, what: st
     return tree_unflatten(carry.tree, list(out[:n]))
 
 
-@dataclass
-class _Body:
-    traced: Traced
-    avals_in: list[ArrayShape]
-
-
-def _trace_body(body_fun: Callable, carry: Carry, what: str) -> _Body:
-    """Trace the loop body, retracing once if weak carry leaves get promoted."""
-    for attempt in range(2):
+def _trace_body(body_fun: Callable, carry: Carry, what: str) -> tuple[Traced, Carry]:
+    """The traced loop body and the carry it takes: traced again, once, when weak carry
+    leaves get promoted to the types the body gives them."""
+    for _ in range(2):
         traced = trace_flat(f"{what} body", lambda *xs: body_fun(tree_unflatten(carry.tree, xs)), carry,
                             "while_body_fn", out_types=[a.dtype for a in carry.avals])
         promoted = match_carry(f"{what} body", carry, traced.tree, traced.avals, traced.weak)
         if promoted == carry.avals:
-            return _Body(traced, carry.avals)
+            return traced, carry
         carry = _carry_with_avals(carry, promoted)
     raise TraceError(f"{what} body changes the types of its carry {[a.to_text(False) for a in carry.avals]} "
                      f"on every trace{where()}")
@@ -244,10 +237,10 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
     are Python ints (weakly typed), else the bounds' integer type."""
     both_python = is_python_scalar(lower) and is_python_scalar(upper)
     if current_trace() is None and not isinstance(lower, Tracer) and not isinstance(upper, Tracer):
-        index_type = None if both_python else unify_types("fori_loop", [lower, upper])
+        index_dtype = None if both_python else aval(unify_types("fori_loop", [lower, upper])[0]).dtype.np_dtype
         carry = Carry.of(init_val)
         for i in range(int(lower), int(upper)):
-            index = i if both_python else np.asarray(i, aval(index_type[0]).dtype.np_dtype)
+            index = i if both_python else np.asarray(i, index_dtype)
             carry = _adopt("fori_loop body", body_fun(index, carry.value()), carry)
         return carry.value()
     if both_python:
@@ -400,7 +393,7 @@ def _probe_scan_body(f: Callable, carry: Carry, x_avals: list[ArrayShape], x_tre
     """Trace f once on abstract values to check its carry and learn y's structure and shapes
     (promoting weak carry leaves, as a loop body does)."""
     nc = len(carry.avals)
-    for attempt in range(2):
+    for _ in range(2):
         args = Carry(carry.leaves + [None] * len(x_avals), carry.tree, carry.avals + x_avals,
                      carry.weak + [False] * len(x_avals))
 

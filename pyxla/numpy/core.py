@@ -182,7 +182,7 @@ def operand_dtypes(xs: Sequence[Any]) -> list[np.dtype]:
     for x in xs:
         if not is_weak(x):
             strong = dtype_of(x) if strong is None else promote_types(strong, dtype_of(x))
-    return [dtype_of(x) for x in xs]
+    return [_weak_dtype(x, strong) if is_weak(x) else dtype_of(x) for x in xs]
 
 
 def result_type(*xs: Any) -> np.dtype:

@@ -52,30 +52,39 @@ def instruction_flops(instr) -> int:
 
 
 def cost_analysis(module: HloModule) -> dict:
+    """Totals and a per-kernel list: each ENTRY instruction that runs (a fusion counts its
+    fused instructions' flops; its bytes are what it reads and writes in memory)."""
     flops = transcendentals = bytes_accessed = 0
-    for comp in module.reachable_computations():
-        if comp is not module.entry and not comp.is_fusion_computation:
-            continue   # reducers and loop bodies: counted per call, not statically
-        for instr in comp.instructions:
-            if instr.opcode in FREE:
-                continue
-            flops += instruction_flops(instr)
-            if instr.opcode in TRANSCENDENTAL:
-                transcendentals += _elements(instr.shape)
-            if comp is module.entry:
-                bytes_accessed += byte_size(instr.shape) + sum(byte_size(o.shape) for o in instr.operands)
+    kernels = []
+    for instr in module.entry.instructions:
+        if instr.opcode in FREE:
+            continue
+        body = instr.attrs["calls"].instructions if instr.opcode == "fusion" else [instr]
+        k_flops = sum(instruction_flops(i) for i in body if i.opcode not in FREE)
+        k_trans = sum(_elements(i.shape) for i in body if i.opcode in TRANSCENDENTAL)
+        k_bytes = byte_size(instr.shape) + sum(byte_size(o.shape) for o in dict.fromkeys(instr.operands))
+        kernels.append({"name": instr.name, "opcode": instr.opcode, "kind": instr.attrs.get("kind"),
+                        "flops": float(k_flops), "bytes accessed": float(k_bytes)})
+        flops += k_flops
+        transcendentals += k_trans
+        bytes_accessed += k_bytes
     return {"flops": float(flops), "transcendentals": float(transcendentals),
-            "bytes accessed": float(bytes_accessed)}
+            "bytes accessed": float(bytes_accessed), "kernels": kernels}
 
 
-def memory_analysis(module: HloModule) -> dict:
+def memory_analysis(module: HloModule, buffers=None) -> dict:
+    """Bytes by kind. With a buffer assignment the temp figure is its arena; without one,
+    every intermediate value is counted as if it had its own buffer."""
     entry = module.entry
     args = sum(byte_size(p.shape) for p in entry.parameters)
     out = byte_size(entry.root.shape)
     consts = sum(byte_size(i.shape) for c in module.computations for i in c.instructions if i.opcode == "constant")
-    temps = sum(byte_size(i.shape) for i in entry.instructions
-                if i.opcode not in FREE and i is not entry.root)
-    return {"argument_size_in_bytes": args, "output_size_in_bytes": out,
-            "constant_size_in_bytes": consts,
-            # No buffer assignment yet: every intermediate has its own buffer.
-            "temp_size_in_bytes": temps, "peak_bytes": args + out + consts + temps}
+    if buffers is not None:
+        temps = buffers.arena_size
+        unshared = sum(b.size for b in buffers.temps)
+    else:
+        temps = unshared = sum(byte_size(i.shape) for i in entry.instructions
+                               if i.opcode not in FREE and i is not entry.root)
+    return {"argument_size_in_bytes": args, "output_size_in_bytes": out, "constant_size_in_bytes": consts,
+            "temp_size_in_bytes": temps, "temp_bytes_without_reuse": unshared,
+            "peak_bytes": args + out + consts + temps}

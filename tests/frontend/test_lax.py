@@ -220,10 +220,10 @@ CASES = [
     Case("square", lax.square, lambda rng: [normal(rng, 6)], np.square),
     Case("reciprocal", lax.reciprocal, lambda rng: [nonzero(rng, 6)], np.reciprocal),
     # unary math
-    unary("neg", lax.neg, np.negative),
-    unary("abs", lax.abs, np.abs),
-    unary("sign", lax.sign, np.sign),
-    unary("exp", lax.exp, np.exp),
+    unary("neg", lax.neg, np.negative, make=lambda rng: [with_specials(rng, normal(rng, 3, 5))]),
+    unary("abs", lax.abs, np.abs, make=lambda rng: [with_specials(rng, normal(rng, 3, 5))]),
+    unary("sign", lax.sign, np.sign, make=lambda rng: [with_specials(rng, normal(rng, 3, 5))]),
+    unary("exp", lax.exp, np.exp, make=lambda rng: [with_specials(rng, normal(rng, 3, 5))]),
     unary("expm1", lax.expm1, np.expm1, make=lambda rng: [normal(rng, 3, 5) * 1e-3]),
     unary("log", lax.log, np.log, make=lambda rng: [uniform(rng, 0.01, 10, 3, 5)]),
     unary("log1p", lax.log1p, np.log1p, make=lambda rng: [uniform(rng, -0.5, 1e-3, 3, 5)]),
@@ -233,10 +233,10 @@ CASES = [
     unary("sin", lax.sin, np.sin),
     unary("cos", lax.cos, np.cos),
     unary("tan", lax.tan, np.tan, make=lambda rng: [uniform(rng, -1.2, 1.2, 3, 5)]),
-    unary("tanh", lax.tanh, np.tanh),
-    unary("logistic", lax.logistic, lambda x: 1 / (1 + np.exp(-x))),
+    unary("tanh", lax.tanh, np.tanh, make=lambda rng: [with_specials(rng, normal(rng, 3, 5))]),
+    unary("logistic", lax.logistic, lambda x: 1 / (1 + np.exp(-x)), make=lambda rng: [with_specials(rng, normal(rng, 3, 5))]),
     unary("erf", lax.erf, np.vectorize(math.erf)),
-    unary("floor", lax.floor, np.floor, make=lambda rng: [normal(rng, 3, 5) * 5]),
+    unary("floor", lax.floor, np.floor, make=lambda rng: [with_specials(rng, normal(rng, 3, 5) * 5)]),
     unary("ceil", lax.ceil, np.ceil, make=lambda rng: [normal(rng, 3, 5) * 5]),
     unary("round_away_from_zero", lambda x: lax.round(x), round_half_away,
           make=lambda rng: [np.concatenate([normal(rng, 8) * 5, [0.5, -0.5, 1.5, -2.5]]).astype(np.float32)]),
@@ -460,3 +460,95 @@ def test_lax_function_matches_numpy(case: Case, mode: str, rng):
     for leaf in pyxla.tree_flatten(out)[0]:
         if np.asarray(leaf).dtype.kind == "f" and float_inputs:
             assert np.asarray(leaf).dtype in float_inputs, f"{case.name}: result {np.asarray(leaf).dtype}"
+
+
+# --- types, errors and eager results ----------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_signed_zeros_survive_bit_operations(mode, rng):
+    x = np.array([0.0, -0.0, rng.uniform(1, 2)], np.float32)
+    f = (lambda x: (lax.neg(x), lax.abs(x), lax.sign(x)))
+    neg, absolute, sign = f(x) if mode == "eager" else pyxla.jit(f)(x)
+    np.testing.assert_array_equal(np.signbit(neg), [True, False, True])
+    np.testing.assert_array_equal(np.signbit(absolute), [False, False, False])
+    np.testing.assert_array_equal(np.signbit(sign), np.signbit(x))
+
+
+def test_eager_results_are_numpy_arrays(rng):
+    x = normal(rng, 3)
+    out = lax.add(x, 1.0)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32
+    np.testing.assert_allclose(out, x + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.int8, np.uint16])
+def test_python_scalars_take_the_operand_type(dtype, rng):
+    x = (rng.uniform(1, 5, 6)).astype(dtype)
+    for mode in ("eager", "jit"):
+        fn = lambda x: lax.mul(lax.add(x, 2), 3)   # noqa: E731
+        out = fn(x) if mode == "eager" else pyxla.jit(fn)(x)
+        assert out.dtype == np.dtype(dtype), mode
+        np.testing.assert_allclose(out.astype(np.float64), ((x.astype(np.float64) + 2) * 3).astype(dtype)
+                                   .astype(np.float64), rtol=1e-2)
+
+
+def test_jit_python_scalar_argument_is_weak(rng):
+    x = normal(rng, 4).astype(np.float16)
+    out = pyxla.jit(lambda x, s: lax.max(x, s))(x, 0.25)
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, np.maximum(x, np.float16(0.25)))
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_mismatched_dtypes_name_op_shapes_and_line(mode):
+    fn = lambda x, y: lax.add(x, y)   # noqa: E731
+    args = (np.ones(3, np.float32), np.ones(3, np.float64))
+    with pytest.raises(TraceError, match=r"add\(f32\[3\], f64\[3\]\).*f32.*f64.*test_lax.py:\d+"):
+        fn(*args) if mode == "eager" else pyxla.jit(fn)(*args)
+
+
+def test_shapes_that_do_not_broadcast_are_named():
+    with pytest.raises(TraceError, match=r"subtract\(f32\[2,3\], f32\[4\]\): shapes do not broadcast.*test_lax.py"):
+        pyxla.jit(lambda x, y: lax.sub(x, y))(np.ones((2, 3), np.float32), np.ones(4, np.float32))
+
+
+def test_python_numbers_must_fit_the_operand_type():
+    with pytest.raises(TraceError, match=r"Python float 0.5 cannot take the element type s32"):
+        lax.add(np.ones(3, np.int32), 0.5)
+    with pytest.raises(TraceError, match=r"Python int 300 does not fit the element type s8"):
+        pyxla.jit(lambda x: lax.add(x, 300))(np.ones(3, np.int8))
+
+
+def test_conv_with_preferred_element_type_accumulates_wider(rng):
+    x = normal(rng, 1, 2, 5, 5).astype(ml_dtypes.bfloat16)
+    w = normal(rng, 3, 2, 3, 3).astype(ml_dtypes.bfloat16)
+    out = pyxla.jit(lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", preferred_element_type=np.float32))(x, w)
+    assert out.dtype == np.float32
+    ref = np_conv(x.astype(np.float64), w.astype(np.float64), (1, 1), [(0, 0), (0, 0)])
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", list(lax.RandomAlgorithm))
+def test_rng_bit_generator_eager_equals_jit_and_advances_the_key(algorithm, rng):
+    key = rng.integers(0, 2**32, 4, dtype=np.uint64).astype(np.uint32)
+    fn = lambda k: lax.rng_bit_generator(k, (64, 16), np.uint32, algorithm)   # noqa: E731
+    new_key, bits = fn(key)
+    jit_key, jit_bits = pyxla.jit(fn)(key)
+    np.testing.assert_array_equal(bits, jit_bits)
+    np.testing.assert_array_equal(new_key, jit_key)
+    assert bits.shape == (64, 16) and bits.dtype == np.uint32 and new_key.dtype == np.uint32
+    assert not np.array_equal(new_key, key)
+    _, next_bits = fn(new_key)
+    assert not np.array_equal(next_bits, bits)
+    # Uniform bits: each of the 32 bit positions is set about half of the time.
+    frequency = ((bits.reshape(-1, 1) >> np.arange(32, dtype=np.uint32)) & 1).mean(0)
+    assert np.all(np.abs(frequency - 0.5) < 0.1)
+
+
+def test_rng_bit_generator_u32_key_is_the_u64_state_read_little_endian(rng):
+    key = rng.integers(0, 2**32, 4, dtype=np.uint64).astype(np.uint32)
+    state = key.view(np.uint64)
+    new_key, bits = lax.rng_bit_generator(key, (5,))
+    new_state, state_bits = lax.rng_bit_generator(state, (5,))
+    np.testing.assert_array_equal(bits, state_bits)
+    np.testing.assert_array_equal(new_key.view(np.uint64), new_state)
