@@ -60,7 +60,8 @@ def _leaf_value(x: Any) -> tuple[np.ndarray, bool]:
     if isinstance(x, (int, float)) and not isinstance(x, (bool, np.generic)):
         return np.asarray(x), True
     arr = np.asarray(x)
-    if arr.dtype == object or arr.dtype.kind in "USVOMmc":
+    # bfloat16 is a NumPy "V" (void) kind: ask the element types, not the kind letter.
+    if arr.dtype == object or (arr.dtype.kind in "USVOMmc" and arr.dtype.name != "bfloat16"):
         raise ArgumentError(f"a {type(x).__name__} ({arr.dtype}) is not an array pyxla can compile for")
     return arr, False
 

@@ -57,7 +57,7 @@ class Carry:
 
 
 def match_carry(what: str, expected: Carry, tree: PyTreeDef, avals: Sequence[ArrayShape],
-                weak: Sequence[bool]) -> list[ArrayShape]:
+                weak: Sequence[bool], leaf: str = "carry leaf") -> list[ArrayShape]:
     """Check a function's output (tree, avals, weak flags) against the carry it must equal.
 
     Returns the carry's avals with weak leaves promoted to the type the function gives them
@@ -73,7 +73,7 @@ def match_carry(what: str, expected: Carry, tree: PyTreeDef, avals: Sequence[Arr
         elif want_weak and got.dims == want.dims:
             promoted.append(got)
         else:
-            raise TraceError(f"{what} returns {got.to_text(False)} for carry leaf {i}, expected "
+            raise TraceError(f"{what} returns {got.to_text(False)} for {leaf} {i}, expected "
                              f"{want.to_text(False)}{where()}")
     return promoted
 
@@ -234,7 +234,7 @@ def _carry_with_avals(carry: Carry, avals: list[ArrayShape]) -> Carry:
 def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_val: Any, *,
               unroll: Any = None) -> Any:
     """`val = body_fun(i, val)` for i in [lower, upper). The index is s32 when both bounds
-    are Python ints (weakly typed), else the bounds' integer type."""
+    are Python ints (weakly typed), else the bounds' integer type. `unroll` is ignored."""
     both_python = is_python_scalar(lower) and is_python_scalar(upper)
     if current_trace() is None and not isinstance(lower, Tracer) and not isinstance(upper, Tracer):
         index_dtype = None if both_python else aval(unify_types("fori_loop", [lower, upper])[0]).dtype.np_dtype
@@ -335,7 +335,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
          reverse: bool = False, unroll: int = 1) -> tuple[Any, Any]:
     """carry, y = f(carry, x) over the leading axis of `xs` (pytrees); returns the final
     carry and the ys stacked along a new leading axis. `reverse` runs from the end (ys keep
-    their positions)."""
+    their positions). `unroll` is accepted for JAX's sake and ignored."""
     x_leaves, x_tree = tree_flatten(xs)
     length = _scan_length(x_leaves, length)
     if current_trace() is None and not any(isinstance(x, Tracer) for x in x_leaves):
@@ -366,11 +366,15 @@ def _scan_eager(f: Callable, init: Any, x_leaves: list[Any], x_tree: PyTreeDef, 
     carry = Carry.of(init)
     arrays = [np.asarray(x) for x in x_leaves]
     ys: list[Any] = [None] * length
+    first_y = None
     for i in (reversed(range(length)) if reverse else range(length)):
         out = f(carry.value(), tree_unflatten(x_tree, [a[i] for a in arrays]))
         _split_pair("scan body", tree_flatten(out)[1])
         new_carry, ys[i] = out
         carry = _adopt("scan body", new_carry, carry)
+        y = Carry.of(ys[i])
+        first_y = first_y or y
+        match_carry("scan body", first_y, y.tree, y.avals, y.weak, leaf="y leaf")
     if length == 0:   # the body never ran: trace it abstractly to learn the shapes of y
         x_avals = [ArrayShape(aval(a).dtype, aval(a).dims[1:]) for a in arrays]
         probe = _probe_scan_body(f, carry, x_avals, x_tree)

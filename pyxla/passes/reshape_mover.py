@@ -37,8 +37,10 @@ def sink_movement(instr, ctx):
     first = movers[0]
     if any(not _same_movement(first, m) for m in movers[1:]):
         return None
-    if any(o.opcode not in MOVABLE and not _is_splat(o) and o.shape.rank != 0 for o in instr.operands):
-        return None
+    for i, o in enumerate(instr.operands):
+        clamp_bound = instr.opcode == "clamp" and i != 1 and o.shape.rank == 0
+        if o.opcode not in MOVABLE and not _is_splat(o) and not clamp_bound:
+            return None
     if any(len(m.users) > 1 for m in movers):
         return None   # the movement is needed anyway: moving it would duplicate work
     inner_dims = first.operands[0].shape.dims
@@ -46,7 +48,7 @@ def sink_movement(instr, ctx):
     for o in instr.operands:
         if o.opcode in MOVABLE:
             operands.append(o.operands[0])
-        elif o.shape.rank == 0:
+        elif not _is_splat(o):
             operands.append(o)   # clamp's scalar bounds
         else:
             operands.append(ctx.add("broadcast", [o.operands[0]], ArrayShape(o.shape.dtype, inner_dims),

@@ -35,11 +35,17 @@ def widened(value):
     return value
 
 
+def jit(fn, **options):
+    """pyxla.jit of `fn` under a plain name (module names come from function names, and
+    a lambda's `<lambda>` is not a valid HLO name)."""
+    def traced(*args):
+        return fn(*args)
+    return pyxla.jit(traced, **options)
+
+
 def eager_and_jit(fn, *args):
     """fn(*args) run eagerly and under pyxla.jit (arguments traced, Python scalars weak)."""
-    eager = fn(*args)
-    traced = pyxla.jit(lambda *a: fn(*a))(*args)
-    return eager, traced
+    return fn(*args), jit(fn)(*args)
 
 
 def assert_close(got, want, tol=ELEMENTWISE_TOL, dtype=None, what=""):

@@ -13,7 +13,7 @@ import pyxla
 import pyxla.numpy as pnp
 from pyxla.errors import TraceError
 
-from .pnp_testing import assert_close, check_against_numpy, eager_and_jit, numpy_reference
+from .pnp_testing import jit, assert_close, check_against_numpy, eager_and_jit, numpy_reference
 
 SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FLOATS = [np.float16, np.float32, np.float64]
@@ -185,7 +185,7 @@ def test_python_scalars_are_weak(name, dtype, scalar, rng):
 
 def test_weak_scalar_results_stay_weak():
     """Two weak operands give a weak result: (2.0 * 3.0) * f32 array is float32 under jit too."""
-    f = pyxla.jit(lambda s, t, x: pnp.multiply(pnp.add(s, t), x))
+    f = jit(lambda s, t, x: pnp.multiply(pnp.add(s, t), x))
     x = np.ones(3, np.float32)
     assert f(2.0, 3.0, x).dtype == np.float32
     assert pnp.multiply(pnp.add(2.0, 3.0), x).dtype == np.float64   # eager scalars become float64 arrays
@@ -244,7 +244,7 @@ def test_bfloat16_operands_compute_in_float32(rng):
     for name in ("exp", "sqrt", "sin", "tanh", "log", "negative"):
         eager = pnp_fn(name)(x)
         # (bfloat16 arguments are converted inside: jit's argument check does not take them yet)
-        traced = pyxla.jit(lambda v: pnp_fn(name)(v.astype(ml_dtypes.bfloat16)))(x.astype(np.float32))
+        traced = jit(lambda v: pnp_fn(name)(v.astype(ml_dtypes.bfloat16)))(x.astype(np.float32))
         want = np_fn(name)(x.astype(np.float64))
         for got in (eager, traced):
             assert got.dtype == ml_dtypes.bfloat16
@@ -301,7 +301,7 @@ def test_operators_on_tracers_and_reflected_forms(rng):
 
 def test_numpy_ufuncs_and_functions_dispatch_to_pyxla_on_tracers(rng):
     x = floats(rng, (3, 4), np.float32)
-    got = pyxla.jit(lambda v: (np.sin(v), np.maximum(v, 0.5), np.sum(v, axis=0), np.mean(v)))(x)
+    got = jit(lambda v: (np.sin(v), np.maximum(v, 0.5), np.sum(v, axis=0), np.mean(v)))(x)
     want = (np.sin(x), np.maximum(x, 0.5), x.sum(0), x.mean())
     for g, w in zip(got, want):
         assert_close(g, w, tol={"float32": (1e-5, 1e-5)})
@@ -311,7 +311,7 @@ def test_broadcast_mismatch_names_function_shapes_and_line():
     with pytest.raises(TraceError, match=r"pyxla\.numpy\.add.*\(3, 4\).*\(5,\).*test_numpy_elementwise\.py:\d+"):
         pnp.add(np.ones((3, 4)), np.ones(5))
     with pytest.raises(TraceError, match=r"multiply.*\(3, 4\).*\(5,\).*test_numpy_elementwise\.py"):
-        pyxla.jit(lambda a, b: a * b)(np.ones((3, 4), np.float32), np.ones(5, np.float32))
+        jit(lambda a, b: a * b)(np.ones((3, 4), np.float32), np.ones(5, np.float32))
 
 
 def test_unsupported_dtypes_are_clear_errors():

@@ -70,3 +70,17 @@ ENTRY main {
 """
     after = run_pass(reshape_mover, text, rng)
     assert_structure(after, text)
+
+
+def test_scalar_operand_is_not_a_splat(rng):
+    text = """
+HloModule scalar
+ENTRY main {
+  v = f32[1] parameter(0)
+  c = f32[] parameter(1)
+  r = f32[] reshape(v)
+  ROOT s = f32[] add(r, c)
+}
+"""
+    after = run_pass(reshape_mover, text, rng)
+    assert_structure(after, text)
