@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .fusion.buffer_assignment import BufferAssignment, assign_buffers
 from .fusion.instruction_fusion import fusion_pass
+from .fusion.multi_output import multi_output_fusion
 from .fusion.policy import FusionPolicy
 from .fusion.schedule import schedule_module
 from .hlo.module import HloModule
@@ -43,7 +44,7 @@ def compile_module(module: HloModule, *, policy: FusionPolicy | None = None, don
     """Transform `module` in place through every target-independent stage."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    stages = (default_pipeline() if optimize else []) + [fusion_pass(policy), SCHEDULE]
+    stages = (default_pipeline() if optimize else []) + [fusion_pass(policy), multi_output_fusion, SCHEDULE]
     run_pipeline(module, stages, dump_dir=dump_dir)
     seconds["passes, fusion, schedule"] = time.perf_counter() - start
     start = time.perf_counter()

@@ -161,13 +161,12 @@ def arange(start, stop=None, step=None, dtype=None):
     dt = supported_dtype("arange", dt)
     if length == 0:
         return _full(0, dt, (0,))
+    # NumPy fills from the first two values in the result dtype: first + i * (second - first).
+    first = np.asarray(start).astype(dt)
+    delta = np.asarray(start + step).astype(dt) - first if length > 1 else np.asarray(step).astype(dt)
     from .elementwise import add, multiply
     ramp = _iota(dt if dt != BOOL else INT64, (length,), 0)
-    if step != 1:
-        ramp = multiply(ramp, convert(step, dtype_of(ramp)) if not is_python_scalar(step) else step)
-    if start != 0:
-        ramp = add(ramp, start)
-    return convert(ramp, dt)
+    return convert(add(multiply(ramp, delta), first), dt)
 
 
 @export
@@ -189,7 +188,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     step = divide(delta, div) if div > 0 else multiply(delta, math.nan)
     value_rank = len(np.broadcast_shapes(shape_of(start), shape_of(stop)))
     ramp = reshape_to(arange(num, dtype=dt), (num,) + (1,) * value_rank)
-    y = add(multiply(ramp, step), start)
+    y = add(multiply(ramp, step if div > 0 else delta), start)
     if endpoint and num > 1:
         y = where(equal(ramp, num - 1), stop, y)
     if out_dtype.kind in "iu":   # NumPy 2 rounds toward -inf for integer dtypes

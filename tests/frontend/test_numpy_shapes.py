@@ -117,10 +117,10 @@ def test_reshape_transpose_and_axes(shape, data_, rng):
     size = x.size
     new = data_.draw(st.sampled_from([(-1,), (size,), (1, size, 1), (-1, 1)] + ([(2, -1)] if size % 2 == 0 else [])))
     same(lambda v: pnp.reshape(v, new), lambda v: np.reshape(v, new), x)
-    same(lambda v: v.reshape(*new), lambda v: v.reshape(*new), x)
+    same(lambda v: pnp.asarray(v).reshape(*new), lambda v: v.reshape(*new), x)
     perm = tuple(data_.draw(st.permutations(range(x.ndim))))
     same(lambda v: pnp.transpose(v, perm), lambda v: np.transpose(v, perm), x)
-    same(lambda v: v.T, lambda v: v.T, x)
+    same(lambda v: pnp.asarray(v).T, lambda v: v.T, x)
     a, b = data_.draw(st.integers(-x.ndim, x.ndim - 1)), data_.draw(st.integers(-x.ndim, x.ndim - 1))
     same(lambda v: pnp.swapaxes(v, a, b), lambda v: np.swapaxes(v, a, b), x)
     same(lambda v: pnp.moveaxis(v, a, b), lambda v: np.moveaxis(v, a, b), x)
