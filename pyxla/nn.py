@@ -97,6 +97,8 @@ def logsumexp(a, axis=None, keepdims=False, b=None, return_sign=False):
     """log(sum(b * exp(a))) over `axis`, shifted by the maximum so that nothing overflows
     (a slice of all -inf gives -inf; with b, a negative total needs return_sign)."""
     a = _float_operand("logsumexp", a)
+    if b is not None:   # computed in the common dtype of a and b
+        a = pnp.asarray(a, dtype=pnp.result_type(a, operand("nn.logsumexp", b)))
     m = pnp.max(a, axis=axis, keepdims=True)
     m = pnp.where(pnp.isfinite(m), m, 0)   # all -inf (or an inf) slices: no shift
     e = pnp.exp(pnp.subtract(a, m))

@@ -11,6 +11,7 @@ from importlib import import_module
 # name -> module that defines `BACKEND`
 _BACKEND_MODULES = {
     "interpreter": "pyxla.backends.interpreter",
+    "cpu": "pyxla.backends.cpu",
 }
 
 

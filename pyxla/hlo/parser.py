@@ -73,7 +73,11 @@ _MAX_ELIDED_ELEMENTS = 1 << 24  # `constant({...})` is filled with zeros; refuse
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 _WS = re.compile(r"(?:[ \t\r\n\f\v]+|/\*.*?\*/|//[^\n]*)*", re.S)
-_NAME = re.compile(r"%([\w.\-]+)|([A-Za-z_][\w.\-]*)", re.A)
+# A bare name is an identifier; after a `%` sigil anything up to a delimiter will do
+# (`%jit_<lambda>.1`), so every name the IR can hold prints in a form that parses back.
+# (':' and '/' only inside: `%p: f32[]` in a signature and `/*` comments stay delimiters.)
+_SIGIL_NAME = r"[^\s,(){}\[\]=:\"/%*]+(?:[:/][^\s,(){}\[\]=:\"/%*]+)*"
+_NAME = re.compile(r"%(" + _SIGIL_NAME + r")|([A-Za-z_][\w.\-]*)", re.A)
 _WORD = re.compile(r"[A-Za-z_][\w.\-]*", re.A)
 _TYPE_WORD = re.compile(r"([A-Za-z][A-Za-z0-9]*)[ \t]*\[", re.A)
 _UINT = re.compile(r"\d+", re.A)
@@ -86,7 +90,7 @@ _WINDOW_PAD = re.compile(r"-?\d+_-?\d+(?:x-?\d+_-?\d+)*", re.A)
 _DXD = re.compile(r"-?\d+(?:x-?\d+)*", re.A)
 _DIM_LABELS = re.compile(r"[0-9A-Za-z?]+_[0-9A-Za-z?]+->[0-9A-Za-z?]+")
 _RAW_RUN = re.compile(r'[^"{}\[\]()\s,]+')
-_MODULE_NAME = re.compile(r"%?([\w.\-]+)", re.A)
+_MODULE_NAME = re.compile(r"%?(" + _SIGIL_NAME + ")")
 _BOOL = re.compile(r"(true|false)(?![\w.\-])")
 _ELIDED = re.compile(r"\{\s*\.\.\.\s*\}")
 _TOKEN_FOR_MESSAGE = re.compile(r'%?[\w.\-]+|"[^"\n]{0,30}"?|\S', re.A)

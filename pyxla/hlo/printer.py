@@ -121,7 +121,8 @@ def print_instruction(instr: HloInstruction, *, print_metadata: bool = True,
 
 
 def name_text(name: str) -> str:
-    """A name as text: bare when the parser reads it back as a name, else with its sigil."""
+    """A name as text: bare when it is an identifier, else with its `%` sigil (the parser
+    reads anything up to a delimiter after a sigil)."""
     if _BARE_NAME.fullmatch(name) and name not in _KEYWORDS:
         return name
     return "%" + name

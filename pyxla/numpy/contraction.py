@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..frontend.tracing import Tracer, bind
-from .core import (broadcast_shapes, broadcast_to, convert, dtype_of, export, fail, normalize_axis,
+from .core import (broadcast_to, convert, export, fail, normalize_axis,
                    operand, reshape_to, result_type, shape_of, transpose_to)
 
 
@@ -54,7 +54,11 @@ def matmul(x1, x2):
         # A plain matrix on the right: contract without broadcasting it over a's batch.
         out = dot_general("matmul", a2, b2, ((len(sa2) - 1,), (0,)))
     else:
-        batch = broadcast_shapes("matmul", sa2[:-2], sb2[:-2])
+        try:
+            batch = tuple(np.broadcast_shapes(sa2[:-2], sb2[:-2]))
+        except ValueError:
+            raise fail("matmul", f"the batch dimensions of operands with shapes {sa} and {sb} cannot "
+                       "be broadcast together") from None
         a2 = broadcast_to(a2, batch + sa2[-2:], "matmul")
         b2 = broadcast_to(b2, batch + sb2[-2:], "matmul")
         nb = len(batch)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..frontend.tracing import Tracer, bind
 from .core import (BOOL, FLOAT64, INT64, convert, dtype_of, element_shape, export, full as _full,
-                   is_python_scalar, operand, result_type, shape_of, static_int, supported_dtype)
+                   operand, result_type, shape_of, static_int, supported_dtype)
 
 
 def _shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -133,15 +133,9 @@ def copy(a):
 
 # --- ranges -----------------------------------------------------------------------------------
 
-def _iota(dtype: np.dtype, shape: Sequence[int], dimension: int) -> Any:
-    if len(shape) == 0:
-        raise ValueError("an iota needs at least one dimension")
-    return bind("iota", shape=element_shape(dtype, shape), iota_dimension=dimension)
-
-
 def iota(dtype: Any, shape: Sequence[int], dimension: int = 0) -> Any:
-    """Index along `dimension`, broadcast over `shape`, as `dtype` (HLO iota)."""
-    return _iota(np.dtype(dtype), tuple(shape), dimension)
+    """Index along `dimension`, broadcast over `shape` (rank >= 1), as `dtype` (HLO iota)."""
+    return bind("iota", shape=element_shape(np.dtype(dtype), tuple(shape)), iota_dimension=dimension)
 
 
 @export
@@ -165,7 +159,7 @@ def arange(start, stop=None, step=None, dtype=None):
     first = np.asarray(start).astype(dt)
     delta = np.asarray(start + step).astype(dt) - first if length > 1 else np.asarray(step).astype(dt)
     from .elementwise import add, multiply
-    ramp = _iota(dt if dt != BOOL else INT64, (length,), 0)
+    ramp = iota(dt if dt != BOOL else INT64, (length,), 0)
     return convert(add(multiply(ramp, delta), first), dt)
 
 
@@ -212,8 +206,8 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
 def _diagonal_mask(n: int, m: int, k: int, direction: str) -> Any:
     """(col - row) compared with k over an n x m grid: EQ gives eye, LE gives tri."""
     from .core import compare
-    rows = _iota(INT64, (n, m), 0)
-    cols = _iota(INT64, (n, m), 1)
+    rows = iota(INT64, (n, m), 0)
+    cols = iota(INT64, (n, m), 1)
     return compare(bind("subtract", cols, rows), _full(k, INT64, (n, m)), direction)
 
 

@@ -55,7 +55,7 @@ def apply_ufunc(name: str, ufunc: np.ufunc, impl: Callable, args: tuple, dtype: 
     """`impl` applied as NumPy applies `ufunc` (see the module doc). `promote=False` keeps
     each operand's own dtype (ldexp takes a float and an int)."""
     xs = [operand(name, a) for a in args]
-    dtypes = operand_dtypes(xs)
+    dtypes = operand_dtypes(xs) if promote else [dtype_of(x) for x in xs]
     if dtype is not None:
         dtypes = [supported_dtype(name, dtype)] * len(xs)
     elif promote:
@@ -145,7 +145,6 @@ def _trunc(x: Any) -> Any:
     if not _is_float(x):
         return x
     return select(compare(x, _c(0, x), "LT"), hlo.ceil(x), hlo.floor(x))
-
 
 
 def _float_divmod(a: Any, b: Any) -> tuple[Any, Any]:

@@ -27,7 +27,8 @@ from ..hlo.attributes import SliceDim
 from ..hlo.builder import HloBuilder
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
-from .core import (BOOL, INT64, broadcast_shapes, broadcast_to, computation_name, convert, dtype_of, export,
+from .core import (BOOL, INT64, broadcast_shapes, broadcast_to, computation_name, convert, dtype_of,
+                   eager_result, export,
                    normalize_axis, operand, reshape_to, shape_of, static_int)
 
 
@@ -69,6 +70,8 @@ def _classify(item: Any) -> _Entry:
         return _Entry("int", int(item))
     arr = np.asarray(item)
     if arr.dtype == BOOL:
+        if arr.ndim == 0:
+            raise NotImplementedError("indexing with a boolean scalar (x[True]) is not supported")
         return _Entry("mask", arr)
     if arr.dtype.kind in "iu":
         return _Entry("int", int(arr)) if arr.ndim == 0 else _Entry("array", arr)
@@ -195,7 +198,11 @@ def _gather(x: Any, entries: list[_Entry]) -> Any:
 
 
 def getitem(x: Any, index: Any) -> Any:
-    """x[index] with NumPy's semantics (see the module doc)."""
+    """x[index] with NumPy's semantics (see the module doc); eagerly a pyxla.Array."""
+    return eager_result(_getitem(x, index))
+
+
+def _getitem(x: Any, index: Any) -> Any:
     x = _array_operand("getitem", x)
     shape = shape_of(x)
     entries = _normalise(index, shape)
@@ -236,13 +243,18 @@ def _combiner(how: str, dtype: np.dtype):
 
 
 def scatter_update(x: Any, index: Any, values: Any, how: str) -> Any:
-    """x with x[index] combined with `values` by `how` (set, add, multiply, ...)."""
+    """x with x[index] combined with `values` by `how` (set, add, multiply, ...); eagerly a
+    pyxla.Array."""
+    return eager_result(_scatter_update(x, index, values, how))
+
+
+def _scatter_update(x: Any, index: Any, values: Any, how: str) -> Any:
     from .creation import iota
     x = _array_operand(f"at[].{how}", x)
     shape, dt = shape_of(x), dtype_of(x)
     n = math.prod(shape)
     flat_ids = reshape_to(iota(INT64, (n,)), shape) if n else np.zeros(shape, np.int64)
-    targets = getitem(flat_ids, index)
+    targets = _getitem(flat_ids, index)
     target_shape = shape_of(targets)
     values = convert(operand(f"at[].{how}", values), dt)
     while len(shape_of(values)) > len(target_shape) and shape_of(values)[0] == 1:

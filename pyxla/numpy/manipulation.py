@@ -153,8 +153,8 @@ def squeeze(a, axis=None):
 
 @export
 def broadcast_to(array, shape):
-    return _broadcast_to(_array("broadcast_to", array), tuple(np.atleast_1d(shape)) if np.ndim(shape) else (shape,),
-                         "broadcast_to")
+    shape = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+    return _broadcast_to(_array("broadcast_to", array), shape, "broadcast_to")
 
 
 @export

@@ -343,3 +343,13 @@ def test_mathematical_identities_hold_on_random_inputs(rng):
     np.testing.assert_allclose(pnp.cosh(pnp.arccosh(np.abs(x) + 1)), np.abs(x) + 1, rtol=1e-12)
     np.testing.assert_allclose(pnp.hypot(3 * x, 4 * x), 5 * np.abs(x), rtol=1e-12)
     np.testing.assert_allclose(pnp.logaddexp(x, x), x + math.log(2), rtol=1e-12)
+
+
+def test_ufunc_dtype_argument_and_promotion_helpers(rng):
+    a, b = ints(rng, (4,), np.int8), ints(rng, (4,), np.int8)
+    check_against_numpy(lambda x, y: pnp.add(x, y, dtype=np.float32), lambda x, y: np.add(x, y, dtype=np.float32), a, b)
+    check_against_numpy(lambda x: pnp.ldexp(x, 3), lambda x: np.ldexp(x, 3), floats(rng, (4,), np.float32))
+    assert pnp.result_type(np.float32, 2.0) == np.float32
+    assert pnp.result_type(np.int8, np.uint8) == np.int16
+    assert pnp.result_type(np.int32, 1.5) == np.float64
+    assert pnp.promote_types(ml_dtypes.bfloat16, np.float16) == np.float32

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+import pyxla
 import pyxla.numpy as pnp
 from pyxla.errors import ConcretizationError, TraceError
 
@@ -78,11 +79,12 @@ def test_generated_integer_array_indices(index, rng):
 def test_traced_integer_indices_are_normalised(rng):
     x = make(rng)
     idx = np.array([[0, -1], [-4, 2]], np.int32)
-    check_against_numpy(lambda v, i: v[i], lambda v, i: v[i], x, idx, reference_args=[x, idx])
-    check_against_numpy(lambda v, i: v[:, i, 1:], lambda v, i: v[:, i, 1:], x, idx, reference_args=[x, idx])
+    check_against_numpy(lambda v, i: pnp.asarray(v).at[i].get(), lambda v, i: v[i], x, idx, reference_args=[x, idx])
+    check_against_numpy(lambda v, i: pnp.asarray(v).at[:, i, 1:].get(), lambda v, i: v[:, i, 1:], x, idx,
+                        reference_args=[x, idx])
     j = np.array([3, 0, -2], np.int64)
-    check_against_numpy(lambda v, i, k: v[i[:, :1], 1, k], lambda v, i, k: v[i[:, :1], 1, k], x, idx, j,
-                        reference_args=[x, idx, j])
+    check_against_numpy(lambda v, i, k: pnp.asarray(v).at[i[:, :1], 1, k].get(), lambda v, i, k: v[i[:, :1], 1, k],
+                        x, idx, j, reference_args=[x, idx, j])
     for k in (2, -1, -4):   # a traced scalar index: a dynamic slice
         got = jit(lambda v, i: (v[i], v[1:3, i], v[..., i]))(x, np.int32(k))
         for g, w in zip(got, (x[k], x[1:3, k], x[..., k])):
@@ -216,3 +218,20 @@ def test_select_compress_nonzero(rng):
     np.testing.assert_array_equal(pnp.argwhere(x > 0), np.argwhere(x > 0))
     with pytest.raises(ConcretizationError, match="nonzero.*concrete"):
         jit(lambda v: pnp.nonzero(v))(x)
+
+
+# --- the eager array type ----------------------------------------------------------------------------
+
+def test_eager_results_are_arrays_that_numpy_reads_without_copying(rng):
+    x = make(rng, (3, 4))
+    out = pnp.exp(x)
+    assert type(out) is pyxla.Array and isinstance(out, np.ndarray)
+    view = np.asarray(out)
+    assert type(view) is np.ndarray and np.shares_memory(view, out)
+    updated = out.at[0, ::2].set(0.0)   # functional: `out` itself keeps its values
+    assert type(updated) is pyxla.Array
+    np.testing.assert_array_equal(updated[0, ::2], 0)
+    np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)
+    # an Array is an ordinary argument of a jitted function
+    np.testing.assert_allclose(jit(lambda v: v.at[1].add(1.0))(out), np.exp(x) + (np.arange(3) == 1)[:, None],
+                               rtol=1e-6)

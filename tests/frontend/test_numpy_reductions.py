@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import pyxla
 import pyxla.numpy as pnp
 
-from .pnp_testing import jit, REDUCTION_TOL, assert_close, check_against_numpy, numpy_reference
+from .pnp_testing import REDUCTION_TOL, assert_close, check_against_numpy, numpy_reference
 
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.uint8, np.bool_]

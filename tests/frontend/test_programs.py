@@ -214,6 +214,32 @@ def test_rnn_with_scan(rng):
 
 # --- the same programs against XLA's outputs in the corpus ---------------------------------
 
+def tanh_iterations(x, v):
+    """fori_loop over a (vector, running total) carry; the total starts as a Python 0.0."""
+    def body(i, carry):
+        h, total = carry
+        h = lax.tanh(lax.dot(x, h)) + lax.convert_element_type(i, np.float32) * 0.1
+        return h, total + lax.reduce_sum(h, (0,))
+    return lax.fori_loop(0, 6, body, (v, 0.0))
+
+
+def running_stats(xs):
+    """scan carrying a running sum and maximum; ys mix the two."""
+    def step(carry, x):
+        total, peak = carry[0] + x, lax.max(carry[1], x)
+        return (total, peak), total * 0.5 + peak
+    (total, peak), ys = lax.scan(step, (lax.full((3,), 0.0, np.float32), lax.full((3,), -np.inf, np.float32)), xs)
+    return total, peak, ys
+
+
+def two_conds(p, q, x, i):
+    """The same cond on two predicates, over (f32, s32) operands."""
+    def branches(pred):
+        return lax.cond(lax.gt(pred, 0.0), lambda x, i: (lax.sin(x), i + 1),
+                        lambda x, i: (lax.cos(x) * 2.0, i * 2), x, i)
+    return (*branches(p), *branches(q))
+
+
 CORPUS_PROGRAMS = {
     # case -> the program, taking the case's inputs in parameter order
     "model_rnn_scan": lambda b, wh, wx, xs, h0: rnn({"b": b, "wh": wh, "wx": wx}, h0, xs),
@@ -225,6 +251,26 @@ CORPUS_PROGRAMS = {
     "reduce_argmax_argmin": lambda x, y: (lax.argmax(x, 1), lax.argmin(x, 0),
                                           lax.argmax(lax.reshape(y, (30,)), 0), lax.argmin(y, 1)),
     "sort_values_nan_zero": lambda x, i: (lax.sort(x), lax.sort(x, dimension=0), lax.sort(i)),
+    "conv2d_nhwc_stride_same": lambda x, w: lax.conv_general_dilated(
+        x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+    "conv2d_nchw_dilated_padded": lambda x, w: lax.conv_general_dilated(
+        x, w, (1, 1), [(1, 2), (0, 1)], rhs_dilation=(2, 2)),
+    "conv_transpose_and_1d": lambda x, w, s, k: (
+        lax.conv_general_dilated(x, w, (1, 1), [(2, 1), (2, 1)], lhs_dilation=(2, 2),
+                                 dimension_numbers=("NHWC", "HWIO", "NHWC")),
+        lax.conv_general_dilated(s, k, (1,), "VALID", dimension_numbers=("NWC", "WIO", "NWC"))),
+    "reduce_window_pooling": lambda x: (
+        lax.reduce_window_max(x, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+        lax.reduce_window_sum(x, (1, 3, 3, 1), (1, 1, 1, 1), "SAME")
+        / lax.reduce_window_sum(lax.full_like(x, 1.0), (1, 3, 3, 1), (1, 1, 1, 1), "SAME")),
+    "select_and_scatter_maxpool_grad": lambda x, g: (
+        lax.select_and_scatter_add(g, x, lax.ge, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+        lax.select_and_scatter_add(g, x, lax.ge, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")),
+    "while_fori_loop": tanh_iterations,
+    "scan_running_stats": running_stats,
+    "cond_pred": two_conds,
+    "switch_index": lambda i, j, x: tuple(
+        lax.switch(k, [lambda x: x * 2.0, lax.exp, lambda x: lax.sin(x) + 1.0], x) for k in (i, j)),
 }
 
 

@@ -1,0 +1,50 @@
+"""The native CPU backend: LLVM IR through llvmlite, JIT-compiled for the host.
+
+compile(module) runs the compiler driver (passes, fusion, schedule, buffer assignment),
+emits one LLVM module (codegen.py), optimises it at O3 with the vectorisers and returns an
+executable whose call is one foreign call. An instruction it cannot emit is refused at
+compile time with NotImplementedError naming the opcode and its source location.
+With PYXLA_DUMP=DIR the LLVM IR before and after optimisation and the assembly are written
+next to the module dumps.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ...compiler import compile_module
+from ...hlo.module import HloModule
+from ...hlo.verifier import verify_module
+from .codegen import ModuleCodegen
+from .executable import CpuExecutable
+from .llvm_jit import host_jit
+
+
+class CpuBackend:
+    name = "cpu"
+
+    def compile(self, module: HloModule, *, optimized: bool = False, donated: tuple[int, ...] = ()):
+        """`optimized=True` when the module already went through the compiler driver."""
+        verify_module(module)
+        if optimized and hasattr(module, "buffer_assignment"):
+            buffers = module.buffer_assignment
+        else:
+            module = module.clone()
+            compiled = compile_module(module, donated=donated)
+            buffers = compiled.buffers
+        codegen = ModuleCodegen(module, buffers)
+        ir_text = codegen.emit()
+        jit = host_jit()
+        dump = os.environ.get("PYXLA_DUMP")
+        result = jit.compile(ir_text, want_assembly=bool(dump))
+        if dump:
+            folder = Path(dump) / module.name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "llvm-ir.ll").write_text(ir_text)
+            (folder / "llvm-ir.optimized.ll").write_text(result.optimised_ir)
+            (folder / "assembly.s").write_text(result.assembly or "")
+        sizes = [b.size for b in codegen.output_buffers]
+        return CpuExecutable(module, jit.address("entry"), codegen.outputs, sizes, buffers.arena_size, jit)
+
+
+BACKEND = CpuBackend()

@@ -1,0 +1,73 @@
+"""How HLO element types live in LLVM IR: a storage type (in memory) and a compute type.
+
+pred is stored as a byte and computed as i1; f16 is stored as half and bf16 as i16, both
+computed in f32 (XLA's CPU backend does the same), rounded to nearest even on store.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ...hlo.types import ElementType
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F16 = ir.HalfType()
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+
+def storage_type(t: ElementType) -> ir.Type:
+    if t.is_pred:
+        return I8
+    if t.is_float:
+        return {"f16": F16, "bf16": I16, "f32": F32, "f64": F64}[t.name]
+    return ir.IntType(t.bits)
+
+
+def compute_type(t: ElementType) -> ir.Type:
+    if t.is_pred:
+        return I1
+    if t.is_float:
+        return F64 if t.bits == 64 else F32
+    return ir.IntType(t.bits)
+
+
+def i64(value: int) -> ir.Constant:
+    return ir.Constant(I64, value)
+
+
+def to_compute(b: ir.IRBuilder, value: ir.Value, t: ElementType) -> ir.Value:
+    """A loaded storage value as the compute type."""
+    if t.is_pred:
+        return b.icmp_unsigned("!=", value, ir.Constant(I8, 0))
+    if t.name == "f16":
+        return b.fpext(value, F32)
+    if t.name == "bf16":
+        return b.bitcast(b.shl(b.zext(value, I32), ir.Constant(I32, 16)), F32)
+    return value
+
+
+def to_storage(b: ir.IRBuilder, value: ir.Value, t: ElementType) -> ir.Value:
+    """A computed value as the storage type (f16/bf16 rounded to nearest even)."""
+    if t.is_pred:
+        return b.zext(value, I8)
+    if t.name == "f16":
+        return b.fptrunc(value, F16)
+    if t.name == "bf16":
+        return f32_to_bf16_bits(b, value)
+    return value
+
+
+def f32_to_bf16_bits(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """Round an f32 to bf16 bits, nearest even; NaN stays a (quiet) NaN."""
+    bits = b.bitcast(value, I32)
+    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.lshr(b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb)), ir.Constant(I32, 16))
+    quiet_nan = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+    is_nan = b.fcmp_unordered("uno", value, value)
+    return b.trunc(b.select(is_nan, quiet_nan, rounded), I16)

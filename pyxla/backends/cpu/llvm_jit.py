@@ -1,0 +1,79 @@
+"""LLVM through llvmlite: the host target, the optimisation pipeline and the JIT engine.
+
+One `LlvmJit` per process holds the target machine for the host CPU (its name and
+features, optimisation level 3). `compile(ir_text)` parses, verifies and optimises a module
+with LLVM's default O3 pipeline (loop and SLP vectorisers on), adds it to the MCJIT engine
+and returns the optimised module; `address(name)` gives a function's address.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+_lock = threading.Lock()
+_initialised = False
+
+
+def _initialise() -> None:
+    global _initialised
+    with _lock:
+        if not _initialised:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialised = True
+
+
+@dataclass
+class CompiledIr:
+    optimised_ir: str
+    assembly: str | None
+
+
+class LlvmJit:
+    def __init__(self):
+        _initialise()
+        target = llvm.Target.from_default_triple()
+        self.cpu = llvm.get_host_cpu_name()
+        self.features = llvm.get_host_cpu_features().flatten()
+        self.target_machine = target.create_target_machine(cpu=self.cpu, features=self.features, opt=3,
+                                                           codemodel="jitdefault")
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.target_machine)
+
+    def optimise(self, module: "llvm.ModuleRef") -> None:
+        pto = llvm.PipelineTuningOptions(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pb = llvm.create_pass_builder(self.target_machine, pto)
+        pm = pb.getModulePassManager()
+        pm.run(module, pb)
+
+    def compile(self, ir_text: str, want_assembly: bool = False) -> CompiledIr:
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+        self.optimise(module)
+        optimised = str(module)
+        assembly = self.target_machine.emit_assembly(module) if want_assembly else None
+        with _lock:
+            self.engine.add_module(module)
+            self.engine.finalize_object()
+        return CompiledIr(optimised, assembly)
+
+    def address(self, name: str) -> int:
+        return self.engine.get_function_address(name)
+
+
+_jit: LlvmJit | None = None
+
+
+def host_jit() -> LlvmJit:
+    """The process's JIT for the host CPU (created on first use)."""
+    global _jit
+    if _jit is None:
+        jit = LlvmJit()   # outside the lock: it initialises LLVM, which takes the lock
+        with _lock:
+            if _jit is None:
+                _jit = jit
+    return _jit
