@@ -9,6 +9,11 @@ from ..frontend.tracing import where
 from ..hlo.attributes import WindowDim
 
 
+def ints_or_ones(values: Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    """`values` as a tuple of ints, or all ones when None (the default stride or dilation)."""
+    return (1,) * rank if values is None else tuple(int(v) for v in values)
+
+
 def dilated(size: int, dilation: int) -> int:
     """The extent of `size` elements spread `dilation` apart."""
     return 0 if size == 0 else (size - 1) * dilation + 1
@@ -46,9 +51,9 @@ def window_attribute(window_dimensions: Sequence[int], window_strides: Sequence[
                      pads: Sequence[tuple[int, int]], base_dilation: Sequence[int] | None = None,
                      window_dilation: Sequence[int] | None = None) -> tuple[WindowDim, ...]:
     rank = len(window_dimensions)
-    strides = window_strides or (1,) * rank
-    base = base_dilation or (1,) * rank
-    win = window_dilation or (1,) * rank
+    strides = ints_or_ones(window_strides, rank)
+    base = ints_or_ones(base_dilation, rank)
+    win = ints_or_ones(window_dilation, rank)
     if not (len(strides) == len(pads) == len(base) == len(win) == rank):
         raise TraceError(f"window dimensions {list(window_dimensions)}, strides {list(strides)}, padding "
                          f"{list(pads)} and dilations must all have {rank} entries{where()}")
@@ -62,8 +67,8 @@ def window_padding(in_shape: Sequence[int], window_dimensions: Sequence[int], wi
                    window_dilation: Sequence[int] | None = None) -> list[tuple[int, int]]:
     """Padding pairs for a window over an array of `in_shape` (dilations included)."""
     rank = len(in_shape)
-    strides = window_strides or (1,) * rank
-    base = base_dilation or (1,) * rank
-    win = window_dilation or (1,) * rank
+    strides = ints_or_ones(window_strides, rank)
+    base = ints_or_ones(base_dilation, rank)
+    win = ints_or_ones(window_dilation, rank)
     return padtype_to_pads([dilated(s, b) for s, b in zip(in_shape, base)],
                            [dilated(k, w) for k, w in zip(window_dimensions, win)], strides, padding)

@@ -12,7 +12,7 @@ from ..frontend.tracing import bind, where
 from ..hlo.attributes import ConvDimensionNumbers as HloConvDimensions
 from ..hlo.attributes import WindowDim
 from ._values import aval, element_type, inferred_shape, op_error, unify_types
-from ._windows import dilated, padtype_to_pads
+from ._windows import dilated, ints_or_ones, padtype_to_pads
 
 DotDimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]], tuple[Sequence[int], Sequence[int]]]
 
@@ -103,9 +103,9 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padd
                                                   "one spatial dimension")
     dn = conv_dimension_numbers(l.dims, r.dims, dimension_numbers)
     n = l.rank - 2
-    strides = tuple(window_strides) or (1,) * n
-    lhs_dilation = tuple(lhs_dilation or (1,) * n)
-    rhs_dilation = tuple(rhs_dilation or (1,) * n)
+    strides = ints_or_ones(window_strides, n)
+    lhs_dilation = ints_or_ones(lhs_dilation, n)
+    rhs_dilation = ints_or_ones(rhs_dilation, n)
     in_spatial = [l.dims[d] for d in dn.lhs_spec[2:]]
     kernel_spatial = [r.dims[d] for d in dn.rhs_spec[2:]]
     if isinstance(padding, str):   # JAX sizes 'SAME' from the undilated input and the dilated kernel

@@ -383,3 +383,24 @@ def _cumulative(name: str, opcode: str, identity: Callable) -> Callable:
 
 cumsum = export(_cumulative("cumsum", "add", lambda dt: 0), aliases=("cumulative_sum",))
 cumprod = export(_cumulative("cumprod", "multiply", lambda dt: 1), aliases=("cumulative_prod",))
+
+
+# --- whole-array comparisons --------------------------------------------------------------------
+
+@export
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    from .elementwise import isclose
+    return all(isclose(a, b, rtol, atol, equal_nan))
+
+
+@export
+def array_equal(a1, a2, equal_nan=False):
+    """Same shape and equal elements (NaNs equal to each other when equal_nan)."""
+    from .elementwise import equal, isnan, logical_and, logical_or
+    a1, a2 = _array("array_equal", a1), _array("array_equal", a2)
+    if shape_of(a1) != shape_of(a2):
+        return False
+    same = equal(a1, a2)
+    if equal_nan and is_float(result_type(a1, a2)):
+        same = logical_or(same, logical_and(isnan(a1), isnan(a2)))
+    return all(same)

@@ -285,6 +285,34 @@ def test_scan_of_length_zero_returns_init_and_empty_ys(mode):
     assert ys.shape == (0, 2) and ys.dtype == np.float32
 
 
+def nested_scans(x, w):
+    """A scan whose body runs a scan, a cond and reductions, closing over w at depth two."""
+    def outer(c, row):
+        def inner(h, v):
+            h = lax.tanh(lax.add(lax.mul(h, w), v))
+            return h, lax.reduce_sum(h, (0,))
+        h, sums = lax.scan(inner, c, lax.broadcast(row, (3,)))
+        h = lax.cond(lax.gt(lax.reduce_max(sums, (0,)), 0.0), lambda: h, lambda: lax.neg(h))
+        return h, lax.argmax(sums, 0)
+    return lax.scan(outer, lax.full_like(w, 0.0), x)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scan_nested_in_scan_with_cond_and_reductions(mode, rng):
+    x, w = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    h, best = run(mode, nested_scans, x, w)
+    ref_h, ref_best = np.zeros(5), []
+    for row in x.astype(np.float64):
+        sums = []
+        for _ in range(3):
+            ref_h = np.tanh(ref_h * w + row)
+            sums.append(ref_h.sum())
+        ref_h = ref_h if max(sums) > 0 else -ref_h
+        ref_best.append(int(np.argmax(sums)))
+    np.testing.assert_allclose(h, ref_h, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(best, ref_best)
+
+
 def test_scan_lowers_to_while_with_dynamic_slices(rng):
     xs = {"a": np.ones((4, 3), np.float32), "b": np.ones((4, 1), np.float32)}
     text = pyxla.jit(running_stats, static_argnames="reverse").lower(

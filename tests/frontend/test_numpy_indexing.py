@@ -38,6 +38,8 @@ INDEXES = {
     "int and array": (1, slice(None), np.array([0, 5])),
     "int next to array": (slice(None), 1, np.array([0, 5])),
     "array with newaxis": (np.array([1, 2]), None, np.array([0, 3])),
+    "arrays apart after slice": (slice(None), np.array([0, 3]), None, np.array([1, 2])),
+    "arrays apart by slice": (np.array([[2], [1]]), slice(1, 4), np.array([0, 3, 5])),
     "array then ellipsis": (np.array([3, 0]), Ellipsis),
     "empty array": np.array([], dtype=np.int64),
     "mask 1-d": np.array([True, False, True, True]),
@@ -111,7 +113,7 @@ def test_index_errors():
 
 UPDATE_INDEXES = ["int", "negative int", "ints", "slice step", "negative step bounds", "ellipsis middle",
                   "newaxis", "int list", "int array 2-d", "two arrays broadcast", "arrays apart",
-                  "int next to array", "mask 2-d", "mask everything", "empty array"]
+                  "int next to array", "arrays apart after slice", "mask 2-d", "mask everything", "empty array"]
 NUMPY_AT = {"add": np.add.at, "multiply": np.multiply.at, "min": np.minimum.at, "max": np.maximum.at}
 
 

@@ -139,7 +139,8 @@ def test_tracer_methods(rng):
     def methods(v):
         return (v.sum(), v.sum(axis=0), v.mean(axis=1, keepdims=True), v.max(0), v.min(), v.argmax(),
                 v.argmin(axis=1), v.var(), v.std(axis=0, ddof=1), v.prod(axis=1), v.cumsum(axis=1),
-                v.any(), (v > 0).all(axis=0), np.ptp(v, axis=1))
+                v.any(), (v > 0).all(axis=0), np.ptp(v, axis=1), v.astype(np.int32), v.round(1),
+                np.allclose(v, v + 1e-9), np.array_equal(v, v * 1.0), pnp.array_equal(v, v[:1]))
 
     for got, want in zip(pyxla.jit(methods)(x), numpy_reference(methods, x)):
         assert_close(got, want, REDUCTION_TOL, what=str(want))

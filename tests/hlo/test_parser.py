@@ -74,9 +74,12 @@ def test_corpus_file_parses_into_the_structure_of_its_text(case_dir, level):
 def test_the_largest_corpus_file_parses_well_under_a_second():
     path = max(CORPUS.glob("*/*.hlo"), key=lambda p: p.stat().st_size)
     text = path.read_text()
-    start = time.perf_counter()
-    parse_module(text)
-    assert time.perf_counter() - start < 0.5, path
+    times = []
+    for _ in range(3):    # the best of three, so a busy machine does not fail the test
+        start = time.perf_counter()
+        parse_module(text)
+        times.append(time.perf_counter() - start)
+    assert min(times) < 0.5, (path, times)
 
 
 def test_root_is_the_instruction_marked_root():

@@ -161,13 +161,17 @@ def test_attribute_kinds_parse_and_print_back_verbatim():
 
 
 def test_names_print_bare_unless_they_need_a_sigil():
-    b = HloBuilder("n")
+    b = HloBuilder("jit_<lambda>")
     x = b.parameter(scalar(F32), "ROOT")
     y = b.parameter(scalar(F32), "get-tuple-element.4")
-    module = b.module(b.op("add", x, y, name="9lives"))
+    z = b.parameter(scalar(F32), "x<0>:a/b")
+    s = b.op("add", x, y, name="9lives")
+    module = b.module(b.op("add", s, z, name="out"))
     text = print_module(module)
+    assert text.startswith("HloModule jit_<lambda>\n")
     assert "%ROOT = f32[] parameter(0)" in text and "get-tuple-element.4 = f32[] parameter(1)" in text
-    assert "ROOT %9lives = f32[] add(%ROOT, get-tuple-element.4)" in text
+    assert "%9lives = f32[] add(%ROOT, get-tuple-element.4)" in text
+    assert "ROOT out = f32[] add(%9lives, %x<0>:a/b)" in text
     assert_same_module(module, parse_module(text))
 
 

@@ -35,6 +35,10 @@ from .ir_types import I8, I32, I64, PTR, VOID, compute_type, i64, storage_type, 
 from .loops import for_range
 
 VIEWS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier", "parameter", "constant"})
+
+# Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
+# emit(kernel_emitter). Files in this package that add one register it here.
+KERNELS: dict = {}
 MXCSR_FTZ_DAZ = 0x8040
 
 
@@ -253,6 +257,9 @@ class KernelEmitter:
         instr = self.instr
         root = self.fused.root if self.fused is not None else instr
         ops = {i.opcode for i in self.fused.instructions} if self.fused is not None else {instr.opcode}
+        special = KERNELS.get(root.opcode)
+        if special is not None:
+            return special(self)
         if ops & {"dot"} and self._emit_gemm(root):
             return
         if "reduce" in ops:
@@ -292,7 +299,8 @@ class KernelEmitter:
                 self.e.value(r, row)
             for value_of, shape, offset in leaves:
                 if shape.dims[:len(rows)] != rows:
-                    raise Unsupported(f"kernel output {shape.to_text(False)} does not iterate over rows {list(rows)} "
+                    raise Unsupported(f"the CPU backend cannot emit output {shape.to_text(False)} of a kernel that "
+                                      f"reduces rows {list(rows)} "
                                       f"({self.instr.describe()})")
                 ptr = self.b.gep(self.out_ptr, [i64(offset)], source_etype=I8) if offset else self.out_ptr
 
