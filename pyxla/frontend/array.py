@@ -84,6 +84,7 @@ class IndexUpdateRef:
     mul = multiply
 
     def divide(self, values: Any) -> Any:
+        """x / values at index (XLA's divide: integers truncate)."""
         return self._update(values, "divide")
 
     def power(self, values: Any) -> Any:
@@ -169,7 +170,7 @@ def _setitem(self, index, value):
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     """np.<ufunc>(..., tracer, ...) -> pyxla.numpy.<ufunc>(...)."""
-    fn = getattr(_pnp(), ufunc.__name__, None)
+    fn = _pnp().core.PUBLIC.get(ufunc.__name__)
     if method != "__call__" or fn is None:
         return NotImplemented
     return fn(*inputs, **kwargs)
@@ -177,8 +178,8 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
 
 def _array_function(self, func, types, args, kwargs):
     """np.<function>(tracer, ...) -> pyxla.numpy.<function>(...) where it exists."""
-    fn = getattr(_pnp(), func.__name__, None)
-    if fn is None or not callable(fn):
+    fn = _pnp().core.PUBLIC.get(func.__name__)
+    if fn is None:
         return NotImplemented
     return fn(*args, **kwargs)
 
@@ -197,6 +198,7 @@ def install_tracer_methods(cls: type) -> None:
     cls.transpose = _transpose
     cls.astype = _astype
     cls.flatten = _forward("ravel")
+    cls.__round__ = lambda self, ndigits=None: _pnp().round(self, ndigits or 0)
     cls.copy = lambda self: self
     cls.__getitem__ = _getitem
     cls.__setitem__ = _setitem

@@ -70,7 +70,10 @@ def print_module(module, *, print_metadata: bool = True, print_large_constants: 
     print_metadata=False drops `metadata={...}`; print_large_constants=False prints constants
     of more than ten elements as `{...}` (XLA's short form: readable, but the values are lost).
     """
-    header = "HloModule " + module.name + "".join(f", {k}={v}" for k, v in module.header_attrs.items())
+    attrs = dict(module.header_attrs)
+    if module.entry is not None and module.entry.root is not None and "entry_computation_layout" in attrs:
+        attrs["entry_computation_layout"] = entry_computation_layout(module.entry)
+    header = "HloModule " + module.name + "".join(f", {k}={v}" for k, v in attrs.items())
     computations = list(module.computations)
     if module.entry is not None and module.entry not in computations:
         computations.append(module.entry)
@@ -78,6 +81,13 @@ def print_module(module, *, print_metadata: bool = True, print_large_constants: 
                                 print_large_constants=print_large_constants) for c in computations]
     # XLA ends every computation with a blank line, the last one included.
     return header + "\n\n" + "".join(body + "\n\n" for body in bodies)
+
+
+def entry_computation_layout(entry: HloComputation) -> str:
+    """`{(parameter shapes)->result shape}` from the ENTRY computation as it is now, so the
+    header never goes stale when passes change the signature's layouts."""
+    params = TupleShape(tuple(p.shape for p in entry.parameters)).to_text()   # "(a, b, /*index=5*/f)"
+    return "{" + params + "->" + entry.root.shape.to_text() + "}"
 
 
 def print_computation(comp: HloComputation, *, is_entry: bool = False, print_metadata: bool = True,

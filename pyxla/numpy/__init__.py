@@ -22,7 +22,6 @@ import numpy as _np
 from ..frontend.array import Array
 from . import contraction, creation, elementwise, indexing, manipulation, reductions, sorting  # noqa: F401
 from .core import PUBLIC as _PUBLIC
-from .core import result_type  # noqa: F401
 
 globals().update(_PUBLIC)
 

@@ -185,6 +185,7 @@ def operand_dtypes(xs: Sequence[Any]) -> list[np.dtype]:
     return [_weak_dtype(x, strong) if is_weak(x) else dtype_of(x) for x in xs]
 
 
+@export
 def result_type(*xs: Any) -> np.dtype:
     """np.result_type of operands under NumPy 2's rules (Python scalars and weak Tracers weak).
     dtype objects and type names count as strong operands."""

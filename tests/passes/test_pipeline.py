@@ -130,3 +130,10 @@ def test_opt_command(tmp_path, capsys):
     assert "unknown pass(es) nonsense" in capsys.readouterr().err
     assert main(["opt", "--list"]) == 0
     assert capsys.readouterr().out.strip() == describe_pipeline()
+
+
+def test_entry_layout_header_follows_the_module():
+    module = parse_module("HloModule m, entry_computation_layout={(f32[4]{0}, f32[2]{0})->f32[4]{0}}\n"
+                          "ENTRY e {\n  x = f32[4] parameter(0)\n  y = f32[2] parameter(1)\n"
+                          "  ROOT t = (f32[4], f32[2]) tuple(x, y)\n}\n")
+    assert "entry_computation_layout={(f32[4]{0}, f32[2]{0})->(f32[4]{0}, f32[2]{0})}" in print_module(module)
