@@ -13,8 +13,8 @@ EXAMPLE = resources.files("pyxla.examples").joinpath("mlp_softmax.hlo")
 
 
 def _example_inputs(rng, path):
-    args = {"arg0": rng.standard_normal((8, 16)), "arg1": rng.standard_normal((16, 32)),
-            "arg2": rng.standard_normal(32), "arg3": rng.standard_normal((32, 10))}
+    args = {"arg0": rng.standard_normal((256, 512)), "arg1": rng.standard_normal((512, 1024)) / 20,
+            "arg2": rng.standard_normal(1024), "arg3": rng.standard_normal((1024, 10)) / 30}
     args = {k: v.astype(np.float32) for k, v in args.items()}
     np.savez(path, **args)
     return args
@@ -24,7 +24,7 @@ def test_run_writes_outputs(tmp_path, rng, capsys):
     args = _example_inputs(rng, tmp_path / "in.npz")
     assert main(["run", str(EXAMPLE), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz")]) == 0
     printed = capsys.readouterr().out
-    assert "out0: float32[8, 10]" in printed
+    assert "out0: float32[256, 10]" in printed
     with np.load(tmp_path / "out.npz") as z:
         probs = z["out0"]
     x, w1, b1, w2 = (args[f"arg{i}"].astype(np.float64) for i in range(4))
@@ -40,9 +40,9 @@ def test_run_quiet_prints_nothing(tmp_path, rng, capsys):
 
 
 def test_run_names_missing_argument(tmp_path, rng, capsys):
-    np.savez(tmp_path / "in.npz", arg0=rng.standard_normal((8, 16)).astype(np.float32))
+    np.savez(tmp_path / "in.npz", arg0=rng.standard_normal((256, 512)).astype(np.float32))
     assert main(["run", str(EXAMPLE), "--inputs", str(tmp_path / "in.npz")]) == 2
-    assert "has no arg1 for parameter w1 (f32[16,32])" in capsys.readouterr().err
+    assert "has no arg1 for parameter w1 (f32[512,1024])" in capsys.readouterr().err
 
 
 def test_run_names_wrong_shape(tmp_path, rng, capsys):
@@ -50,7 +50,7 @@ def test_run_names_wrong_shape(tmp_path, rng, capsys):
     args["arg2"] = rng.standard_normal(31).astype(np.float32)
     np.savez(tmp_path / "in.npz", **args)
     assert main(["run", str(EXAMPLE), "--inputs", str(tmp_path / "in.npz")]) == 2
-    assert "parameter b1: expected shape f32[32]" in capsys.readouterr().err
+    assert "parameter b1: expected shape f32[1024]" in capsys.readouterr().err
 
 
 def test_malformed_text_reports_line_and_column(tmp_path, capsys):

@@ -4,6 +4,8 @@ Each is an HLO `reduce` (a `reduce-window` for the cumulative ones) with a scala
 Result dtypes are NumPy's: sums and products of bool and small integers are int64 (uint64
 for unsigned), means and variances of integers float64. float16/bfloat16 accumulate in
 float32 and are rounded once, so long half-precision sums do not drift.
+
+Here `sum`, `max`, `min`, `all` and `any` are NumPy's names; Python's are `builtins.*`.
 """
 from __future__ import annotations
 
