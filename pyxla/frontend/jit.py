@@ -137,7 +137,8 @@ class Lowered:
     def compile(self) -> Compiled:
         start = time.perf_counter()
         compiled = compile_module(self.module.clone(), donated=self._jitted.donate_argnums)
-        executable = get_backend(self._jitted.backend).compile(compiled.module)
+        executable = get_backend(self._jitted.backend).compile(compiled.module, compiled=compiled,
+                                                               donated=self._jitted.donate_argnums)
         return Compiled(compiled, executable, self.in_tree, self.out_tree, self.static_key,
                         self._jitted._split_args, time.perf_counter() - start)
 

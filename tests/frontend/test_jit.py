@@ -199,3 +199,15 @@ def test_compiled_module_is_optimised_fused_and_scheduled(rng):
     np.testing.assert_allclose(compiled(x), ref, rtol=1e-5)
     mem = compiled.memory_analysis()
     assert mem["temp_size_in_bytes"] <= mem["temp_bytes_without_reuse"]
+
+
+def test_jit_on_the_native_cpu_backend(rng):
+    def layer(x, w, b):
+        return lax.tanh(lax.add(lax.dot(x, w), b))
+
+    f = pyxla.jit(layer, backend="cpu")
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 8)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    np.testing.assert_allclose(f(x, w, b), np.tanh(x.astype(np.float64) @ w + b), rtol=1e-4, atol=1e-6)
+    assert "kOutput" in f.lower(x, w, b).compile().as_text()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...compiler import compile_module
+from ...compiler import CompiledModule, compile_module
 from ...hlo.module import HloModule
 from ...hlo.verifier import verify_module
 from .codegen import ModuleCodegen
@@ -23,15 +23,13 @@ from .llvm_jit import host_jit
 class CpuBackend:
     name = "cpu"
 
-    def compile(self, module: HloModule, *, optimized: bool = False, donated: tuple[int, ...] = ()):
-        """`optimized=True` when the module already went through the compiler driver."""
+    def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = ()):
+        """Native code for `module`. `compiled` is the compiler driver's result when the caller
+        (jit) ran it already; otherwise this runs it on a copy of the module."""
         verify_module(module)
-        if optimized and hasattr(module, "buffer_assignment"):
-            buffers = module.buffer_assignment
-        else:
-            module = module.clone()
-            compiled = compile_module(module, donated=donated)
-            buffers = compiled.buffers
+        if compiled is None:
+            compiled = compile_module(module.clone(), donated=donated)
+        module, buffers = compiled.module, compiled.buffers
         codegen = ModuleCodegen(module, buffers)
         ir_text = codegen.emit()
         jit = host_jit()

@@ -25,7 +25,8 @@ class InterpreterExecutable:
 class InterpreterBackend:
     name = "interpreter"
 
-    def compile(self, module: HloModule) -> InterpreterExecutable:
+    def compile(self, module: HloModule, *, compiled=None, donated: tuple[int, ...] = ()) -> InterpreterExecutable:
+        """The evaluator over `module` as given (optimised or not: it runs any module)."""
         verify_module(module)
         return InterpreterExecutable(module)
 
