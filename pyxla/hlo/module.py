@@ -42,8 +42,15 @@ class HloModule:
         return comp
 
     def uniquify_names(self) -> None:
-        """Rename instructions so every name is used once in the module (as XLA requires)."""
-        seen: set[str] = {c.name for c in self.computations}
+        """Rename computations and instructions so every name is used once in the module."""
+        seen: set[str] = set()
+        for comp in self.computations:
+            if comp.name in seen:
+                n = 1
+                while f"{comp.name}.{n}" in seen:
+                    n += 1
+                comp.name = f"{comp.name}.{n}"
+            seen.add(comp.name)
         for comp in self.computations:
             for instr in comp.instructions:
                 if instr.name in seen:

@@ -19,6 +19,7 @@ import llvmlite.ir as ir
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
+from .fast_math import FAST_F32
 from .ir_types import F32, F64, I1, I64, compute_type, i64, to_compute, to_storage
 
 
@@ -169,6 +170,8 @@ def _unary(e: ElementalEmitter, instr, index):
     op = instr.opcode
     ty = compute_type(t)
     if t.is_float:
+        if ty == F32 and op in FAST_F32:
+            return FAST_F32[op](e, x)
         if op in FLOAT_UNARY_CALLS:
             return e.float_call(FLOAT_UNARY_CALLS, op, ty, [x])
         if op == "negate":
