@@ -93,3 +93,31 @@ def test_logistic_expander(rng):
     v = (rng.standard_normal(64) * 30).astype(np.float32)
     np.testing.assert_allclose(evaluate_module(module, [v]), 1 / (1 + np.exp(-v.astype(np.float64))),
                                rtol=1e-6, atol=1e-30)
+
+
+RNG = """
+HloModule rng
+ENTRY main {{
+  s = u64[{n}] parameter(0)
+  r = (u64[{n}], {t}[{dims}]) rng-bit-generator(s), algorithm=rng_default
+  ROOT again = (u64[{n}], {t}[{dims}]) rng-bit-generator(s), algorithm=rng_philox
+}}
+"""
+
+
+@pytest.mark.parametrize("n,t,dims", [(2, "u32", "7"), (2, "u32", "3,5"), (2, "u64", "9"), (3, "s32", "4,4"),
+                                      (2, "s64", "1"), (3, "u64", "2,3")])
+def test_philox_expansion_is_bit_exact(n, t, dims, rng):
+    from pyxla.hlo import parse_module
+    from pyxla.passes.expanders import rng_bit_generator_expander
+    text = RNG.format(n=n, t=t, dims=dims)
+    before = parse_module(text)
+    after = parse_module(text)
+    run_pipeline(after, [rng_bit_generator_expander], verify=True)
+    assert entry_opcodes(after)["rng-bit-generator"] == 0
+    for state in (rng.integers(0, 2**63, n, dtype=np.uint64),
+                  np.array([2**64 - 1] * n, np.uint64)):   # the counter wraps and carries
+        want = flatten_result(evaluate_module(before, [state]))
+        got = flatten_result(evaluate_module(after, [state]))
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)

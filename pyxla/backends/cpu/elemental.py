@@ -20,7 +20,7 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
 from .fast_math import FAST_F32
-from .ir_types import F32, F64, I1, I64, compute_type, i64, to_compute, to_storage
+from .ir_types import F32, F64, I1, I64, compute_type, i64, storage_type, to_compute, to_storage
 
 
 class Unsupported(NotImplementedError):
@@ -397,9 +397,14 @@ def _bitcast(e, instr, index):
     src = instr.operands[0].shape
     dst = instr.shape
     if src.dims == dst.dims and src.minor_to_major == dst.minor_to_major:
-        return e.operand(instr, 0, index)
-    flat = linear_index(e.b, index, dst.dims, dst.minor_to_major)
-    return e.operand(instr, 0, delinearize(e.b, flat, src.dims, src.minor_to_major))
+        value = e.operand(instr, 0, index)
+    else:
+        flat = linear_index(e.b, index, dst.dims, dst.minor_to_major)
+        value = e.operand(instr, 0, delinearize(e.b, flat, src.dims, src.minor_to_major))
+    if src.dtype != dst.dtype:   # the same bits as another type (optimized HLO's comparators do this)
+        b = e.b
+        value = to_compute(b, b.bitcast(to_storage(b, value, src.dtype), storage_type(dst.dtype)), dst.dtype)
+    return value
 
 
 def _transpose(e, instr, index):

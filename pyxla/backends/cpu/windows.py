@@ -1,0 +1,163 @@
+"""Window ops on the CPU backend: reduce-window (an elemental rule, so XLA's
+`wrapped_reduce-window` fusions and our own loop fusions compute it inline) and
+select-and-scatter (a kernel: its scatter writes wherever the windows select).
+
+Window arithmetic (shared with convolution): output position o and window offset k see
+position o * stride + k * rhs_dilate - pad_low of the base-dilated input; it holds an
+input element when it is a multiple of lhs_dilate inside the input, and is padding or a
+dilation hole otherwise. Like XLA's CPU loops, a window folds its elements that exist into
+the init value and skips the rest (with an identity init value, as reducers have, this is
+the same as folding init values for the padding).
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ...hlo.attributes import WindowDim
+from ...hlo.shape import TupleShape
+from .codegen import KERNELS
+from .elemental import RULES, ElementalEmitter, alloca_in_entry, convert, etype
+from .ir_types import I1, I64, compute_type, i64
+from .loops import for_range
+from .sorting import kernel_root, output_pointers, short_circuit
+
+
+def window_source(b: ir.IRBuilder, outputs: tuple, offsets: tuple, window, sizes: tuple) -> tuple[ir.Value, tuple]:
+    """(whether an input element exists, its index clamped into the input) for output
+    positions `outputs` at window offsets `offsets`, one entry per windowed dimension.
+    Only the checks a dimension's padding and dilation make necessary are emitted."""
+    valid = ir.Constant(I1, 1)
+    index = []
+    for o, k, w, size in zip(outputs, offsets, window, sizes):
+        at = o if w.stride == 1 else b.mul(o, i64(w.stride))
+        if w.rhs_dilate != 1:
+            k = b.mul(k, i64(w.rhs_dilate))
+        at = b.add(at, k)
+        if w.pad_low:
+            at = b.sub(at, i64(w.pad_low))
+        if w.pad_low > 0:
+            valid = b.and_(valid, b.icmp_signed(">=", at, i64(0)))
+        if w.lhs_dilate != 1:
+            valid = b.and_(valid, b.icmp_signed("==", b.srem(at, i64(w.lhs_dilate)), i64(0)))
+            at = b.sdiv(at, i64(w.lhs_dilate))
+        if w.pad_high > 0 or w.lhs_dilate != 1:
+            valid = b.and_(valid, b.icmp_signed("<", at, i64(size)))
+        if w.pad_low > 0 or w.pad_high > 0 or w.lhs_dilate != 1:
+            at = _clamp(b, at, size)
+        index.append(at)
+    return valid, tuple(index)
+
+
+def _clamp(b: ir.IRBuilder, i: ir.Value, n: int) -> ir.Value:
+    """i forced into [0, n-1], so a load whose value is discarded stays in bounds."""
+    if n <= 1:
+        return i64(0)
+    low = b.select(b.icmp_signed("<", i, i64(0)), i64(0), i)
+    return b.select(b.icmp_signed(">", low, i64(n - 1)), i64(n - 1), low)
+
+
+# --- reduce-window ------------------------------------------------------------------------------
+
+def _reduce_window(e: ElementalEmitter, instr, index):
+    """One output element: the reducer folded over the window's elements, in row-major order
+    of the window offsets. A variadic reduce-window gives a list, one value per output."""
+    b = e.b
+    n = len(instr.operands) // 2
+    inputs, inits = instr.operands[:n], instr.operands[n:]
+    window: tuple[WindowDim, ...] = tuple(instr.attrs["window"])
+    comp = instr.attrs["to_apply"]
+    element_types = [p.shape.dtype for p in sorted(comp.parameters, key=lambda p: p.parameter_number)][n:]
+    accs = []
+    for init in inits:
+        value = e.value(init, ())
+        acc = alloca_in_entry(b, value.type)
+        b.store(value, acc)
+        accs.append(acc)
+    sizes = inputs[0].shape.dims
+
+    def body(offsets):
+        valid, source = window_source(b, index, offsets, window, sizes)
+        elements = [convert(e, e.value(x, source), etype(x), t) if etype(x) != t else e.value(x, source)
+                    for x, t in zip(inputs, element_types)]
+        current = [b.load(acc) for acc in accs]
+        results = e.scalar_computation(comp, current + elements)
+        for acc, old, new in zip(accs, current, results):
+            b.store(b.select(valid, new, old) if valid is not ir.Constant(I1, 1) else new, acc)
+
+    e.push_scope()
+    for_range(b, [w.size for w in window], body)
+    e.pop_scope()
+    results = [b.load(acc) for acc in accs]
+    return results[0] if n == 1 else results
+
+
+def emit_reduce_window(ke) -> None:
+    """A variadic reduce-window writes each of its results; a single one is a loop kernel."""
+    root = kernel_root(ke)
+    if not isinstance(root.shape, TupleShape):
+        return ke._emit_loop(root)
+    shapes = root.shape.elements
+    pointers = output_pointers(ke)
+
+    def body(index):
+        ke.e.push_scope()
+        for ptr, shape, value in zip(pointers, shapes, ke.e.value(root, index)):
+            ke._store(ptr, shape, index, value)
+        ke.e.pop_scope()
+
+    for_range(ke.b, shapes[0].dims, body)
+
+
+# --- select-and-scatter ----------------------------------------------------------------------------
+
+def emit_select_and_scatter(ke) -> None:
+    """The output starts as the init value; then for each source element in row-major order,
+    its window selects one operand element (the first that exists, replaced by each later one
+    the select computation does not keep over it) and the source value is scattered onto it."""
+    root = kernel_root(ke)
+    operand, source, init = root.operands
+    window: tuple[WindowDim, ...] = tuple(root.attrs["window"])
+    select, scatter = root.attrs["select"], root.attrs["scatter"]
+    e, b = ke.e, ke.b
+    out_shape = ke.instr.shape
+    out = ke.out_ptr
+    t = etype(operand)
+
+    init_value = e.value(init, ())
+    for_range(b, out_shape.dims, lambda index: ke._store(out, out_shape, index, init_value))
+    chosen_value = alloca_in_entry(b, compute_type(t))
+    chosen_index = [alloca_in_entry(b, I64) for _ in window]
+    have_choice = alloca_in_entry(b, I1)
+
+    def per_source(source_index):
+        b.store(ir.Constant(I1, 0), have_choice)
+
+        def per_offset(offsets):
+            valid, at = window_source(b, source_index, offsets, window, operand.shape.dims)
+            with b.if_then(valid):
+                e.push_scope()
+                x = e.value(operand, at)
+                keep = short_circuit(b, b.load(have_choice),
+                                     lambda: e.scalar_computation(select, [b.load(chosen_value), x])[0])
+                with b.if_then(b.not_(keep)):
+                    b.store(x, chosen_value)
+                    for slot, i in zip(chosen_index, at):
+                        b.store(i, slot)
+                    b.store(ir.Constant(I1, 1), have_choice)
+                e.pop_scope()
+
+        for_range(b, [w.size for w in window], per_offset)
+        with b.if_then(b.load(have_choice)):
+            e.push_scope()
+            target = tuple(b.load(slot) for slot in chosen_index)
+            current = ke._load(out, out_shape, target)
+            (combined,) = e.scalar_computation(scatter, [current, e.value(source, source_index)])
+            ke._store(out, out_shape, target, combined)
+            e.pop_scope()
+
+    for_range(b, source.shape.dims, per_source)
+
+
+RULES["reduce-window"] = _reduce_window
+KERNELS["reduce-window"] = emit_reduce_window
+KERNELS["select-and-scatter"] = emit_select_and_scatter
