@@ -52,9 +52,15 @@ def default_pipeline() -> list[PipelineItem]:
     ]
 
 
+def optional_passes() -> list[HloPass]:
+    """Passes a backend asks for; not in the default pipeline."""
+    from .expanders import logistic_expander, rng_bit_generator_expander
+    return [logistic_expander, rng_bit_generator_expander]
+
+
 def all_passes() -> dict[str, HloPass]:
     """Every pass by name, for `pyxla opt --passes`."""
-    found: dict[str, HloPass] = {}
+    found: dict[str, HloPass] = {p.name: p for p in optional_passes()}
 
     def collect(items: Iterable[PipelineItem]) -> None:
         for item in items:

@@ -121,3 +121,17 @@ def test_philox_expansion_is_bit_exact(n, t, dims, rng):
         got = flatten_result(evaluate_module(after, [state]))
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
+def test_philox_expansion_matches_the_corpus():
+    from pyxla.conformance import default_corpus, load_case, run_case
+    from pyxla.hlo import parse_module
+    from pyxla.passes.expanders import rng_bit_generator_expander
+
+    def run(text, inputs):
+        module = parse_module(text)
+        run_pipeline(module, [rng_bit_generator_expander], verify=True)
+        assert entry_opcodes(module)["rng-bit-generator"] == 0
+        return flatten_result(evaluate_module(module, inputs))
+
+    assert run_case(load_case(default_corpus() / "rng_bit_generator_rbg"), "module", run) == []

@@ -22,11 +22,12 @@ from .loops import for_range
 from .sorting import kernel_root, output_pointers, short_circuit
 
 
-def window_source(b: ir.IRBuilder, outputs: tuple, offsets: tuple, window, sizes: tuple) -> tuple[ir.Value, tuple]:
+def window_source(b: ir.IRBuilder, outputs: tuple, offsets: tuple, window, sizes: tuple) -> tuple[ir.Value | None, tuple]:
     """(whether an input element exists, its index clamped into the input) for output
     positions `outputs` at window offsets `offsets`, one entry per windowed dimension.
-    Only the checks a dimension's padding and dilation make necessary are emitted."""
-    valid = ir.Constant(I1, 1)
+    Only the checks a dimension's padding and dilation make necessary are emitted; None
+    when there are none (every position holds an element)."""
+    valid = None
     index = []
     for o, k, w, size in zip(outputs, offsets, window, sizes):
         at = o if w.stride == 1 else b.mul(o, i64(w.stride))
@@ -36,16 +37,29 @@ def window_source(b: ir.IRBuilder, outputs: tuple, offsets: tuple, window, sizes
         if w.pad_low:
             at = b.sub(at, i64(w.pad_low))
         if w.pad_low > 0:
-            valid = b.and_(valid, b.icmp_signed(">=", at, i64(0)))
+            valid = _and(b, valid, b.icmp_signed(">=", at, i64(0)))
         if w.lhs_dilate != 1:
-            valid = b.and_(valid, b.icmp_signed("==", b.srem(at, i64(w.lhs_dilate)), i64(0)))
+            valid = _and(b, valid, b.icmp_signed("==", b.srem(at, i64(w.lhs_dilate)), i64(0)))
             at = b.sdiv(at, i64(w.lhs_dilate))
         if w.pad_high > 0 or w.lhs_dilate != 1:
-            valid = b.and_(valid, b.icmp_signed("<", at, i64(size)))
+            valid = _and(b, valid, b.icmp_signed("<", at, i64(size)))
         if w.pad_low > 0 or w.pad_high > 0 or w.lhs_dilate != 1:
             at = _clamp(b, at, size)
         index.append(at)
     return valid, tuple(index)
+
+
+def _and(b: ir.IRBuilder, valid: ir.Value | None, condition: ir.Value) -> ir.Value:
+    return condition if valid is None else b.and_(valid, condition)
+
+
+def when(b: ir.IRBuilder, condition: ir.Value | None, emit) -> None:
+    """emit() under `condition` (always when None)."""
+    if condition is None:
+        emit()
+    else:
+        with b.if_then(condition):
+            emit()
 
 
 def _clamp(b: ir.IRBuilder, i: ir.Value, n: int) -> ir.Value:
@@ -82,7 +96,7 @@ def _reduce_window(e: ElementalEmitter, instr, index):
         current = [b.load(acc) for acc in accs]
         results = e.scalar_computation(comp, current + elements)
         for acc, old, new in zip(accs, current, results):
-            b.store(b.select(valid, new, old) if valid is not ir.Constant(I1, 1) else new, acc)
+            b.store(new if valid is None else b.select(valid, new, old), acc)
 
     e.push_scope()
     for_range(b, [w.size for w in window], body)
@@ -134,7 +148,8 @@ def emit_select_and_scatter(ke) -> None:
 
         def per_offset(offsets):
             valid, at = window_source(b, source_index, offsets, window, operand.shape.dims)
-            with b.if_then(valid):
+
+            def consider():
                 e.push_scope()
                 x = e.value(operand, at)
                 keep = short_circuit(b, b.load(have_choice),
@@ -145,6 +160,8 @@ def emit_select_and_scatter(ke) -> None:
                         b.store(i, slot)
                     b.store(ir.Constant(I1, 1), have_choice)
                 e.pop_scope()
+
+            when(b, valid, consider)
 
         for_range(b, [w.size for w in window], per_offset)
         with b.if_then(b.load(have_choice)):
