@@ -46,7 +46,9 @@ class FusionLog:
 def _can_consume(instr: HloInstruction) -> bool:
     if instr.opcode == "fusion":
         return instr.attrs.get("kind") in ("kLoop", "kInput", "kOutput")
-    if instr.opcode in NOT_CONSUMERS or not isinstance(instr.shape, ArrayShape):
+    if instr.opcode in NOT_CONSUMERS:
+        return False
+    if not isinstance(instr.shape, ArrayShape) and instr.opcode != "reduce":   # a variadic reduce (argmax) may
         return False
     return op_def(instr.opcode).fusion_kind in CONSUMER_KINDS
 

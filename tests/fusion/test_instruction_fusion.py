@@ -122,3 +122,36 @@ def test_log_gives_reasons(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "not fusing %d (dot)" in err and "output fusion is off" in err
     assert "pyxla fusion: fuse %" in err
+
+
+def test_argmax_reduction_fuses_its_producers(rng):
+    text = """
+HloModule argmax
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v0, v1), direction=GT
+  eq = pred[] compare(v0, v1), direction=EQ
+  lt = pred[] compare(i0, i1), direction=LT
+  tie = pred[] and(eq, lt)
+  keep = pred[] or(gt, tie)
+  v = f32[] select(keep, v0, v1)
+  i = s32[] select(keep, i0, i1)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+ENTRY main {
+  x = f32[8,50] parameter(0)
+  e = f32[8,50] exponential(x)
+  idx = s32[8,50] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  am = (f32[8], s32[8]) reduce(e, idx, ninf, zero), dimensions={1}, to_apply=argmax
+  ROOT index = s32[8] get-tuple-element(am), index=1
+}
+"""
+    module = fused(text)
+    ks = kernels(module.entry)
+    assert len(ks) == 1 and ks[0].attrs["kind"] == "kInput"
+    assert_same_values(parse_module(text), module, rng)
