@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test bench install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q
+
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+# Every framework in its own process; writes benchmarks/results/report.md, report.json, ratios.png
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -34,6 +34,31 @@ STACK_SCRATCH_BYTES = 1 << 16   # larger scratch comes from malloc, not the stac
 
 
 # --- IR building blocks ---------------------------------------------------------------------
+#
+# The loops here carry control flow (comparisons that decide what moves where), so they are
+# marked not to be unrolled: unrolled copies of a comparator only grow the code (and LLVM's
+# compile time, many-fold) without making a branchy loop faster.
+
+class _LoopId(ir.values.MDValue):
+    """A distinct, self-referencing loop metadata node: `!n = distinct !{!n, properties...}`."""
+
+    def __init__(self, module: ir.Module, properties: list):
+        super().__init__(module, [], name=str(len(module.metadata)))
+        self.operands = (self, *properties)
+
+    def descr(self, buf):
+        buf.append("distinct ")
+        super().descr(buf)
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+
+def _no_unroll(b: ir.IRBuilder, back_edge: ir.Instruction) -> None:
+    module = b.module
+    disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    back_edge.set_metadata("llvm.loop", _LoopId(module, [disable]))
+
 
 def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value], None],
                  step: ir.Value | int = 1) -> None:
@@ -51,7 +76,7 @@ def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, body: Callabl
     b.position_at_end(body_block)
     body(i)
     i.add_incoming(b.add(i, step), b.block)
-    b.branch(header)
+    _no_unroll(b, b.branch(header))
     b.position_at_end(exit_block)
 
 
@@ -65,7 +90,7 @@ def while_loop(b: ir.IRBuilder, condition: Callable[[], ir.Value], body: Callabl
     b.cbranch(condition(), body_block, exit_block)
     b.position_at_end(body_block)
     body()
-    b.branch(header)
+    _no_unroll(b, b.branch(header))
     b.position_at_end(exit_block)
 
 

@@ -1,0 +1,61 @@
+"""`make bench`: every framework in its own process, then one report.
+
+    python -m benchmarks [--scale 1.0] [--frameworks numpy pyxla jax ...] [--out benchmarks/results]
+
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset in the framework processes (only there):
+these machines set them for old OpenBLAS builds, and they make a current OpenBLAS pick
+slower kernels; a user's machine does not set them. Each process reports its BLAS kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .frameworks import FRAMEWORKS
+from .report import write_report
+
+
+def child_environment() -> dict:
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("OPENBLAS_L2_SIZE", None)
+    return env
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--budget", type=float, default=3.0)
+    parser.add_argument("--frameworks", nargs="*", default=list(FRAMEWORKS))
+    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--out", default="benchmarks/results")
+    ns = parser.parse_args(argv)
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = child_environment()
+    runs = []
+    load_before = os.getloadavg()
+    for fw in ns.frameworks:
+        path = out / f"{fw}.json"
+        print(f"running {fw} ...", flush=True)
+        cmd = [sys.executable, "-m", "benchmarks.runner", "--framework", fw, "--out", str(path),
+               "--scale", str(ns.scale), "--budget", str(ns.budget)] + (["--only", *ns.only] if ns.only else [])
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0 or not path.exists():
+            runs.append({"framework": fw, "unavailable": f"process failed: {proc.stderr.strip()[-500:]}",
+                         "results": {}})
+            continue
+        runs.append(json.loads(path.read_text()))
+    ceilings_cmd = [sys.executable, "-c",
+                    f"import json; from benchmarks.ceilings import ceilings; print(json.dumps(ceilings({ns.scale})))"]
+    ceil = json.loads(subprocess.run(ceilings_cmd, env=env, capture_output=True, text=True, check=True).stdout)
+    load_after = os.getloadavg()
+    print(write_report(runs, ceil, out, load_before, load_after))
+
+
+if __name__ == "__main__":
+    main()

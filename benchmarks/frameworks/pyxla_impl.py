@@ -1,0 +1,58 @@
+"""pyxla: each workload written with pyxla.numpy / pyxla.nn / pyxla.lax under pyxla.jit on
+the native cpu backend."""
+import numpy as np
+
+import pyxla
+import pyxla.numpy as pnp
+from pyxla import lax, nn
+
+NAME = "pyxla"
+
+
+def version() -> str:
+    return pyxla.__version__
+
+
+def _gelu(x):
+    return nn.gelu(x, approximate=True)
+
+
+def _attention(x, wq, wk, wv, wo):
+    b, s, d = x.shape
+    heads = 8
+    hd = d // heads
+
+    def split(t):
+        return pnp.transpose(pnp.reshape(t, (b, s, heads, hd)), (0, 2, 1, 3))
+
+    q, k, v = split(x @ wq), split(x @ wk), split(x @ wv)
+    p = nn.softmax(q @ pnp.swapaxes(k, -1, -2) / np.float32(np.sqrt(hd)), axis=-1)
+    return pnp.reshape(pnp.transpose(p @ v, (0, 2, 1, 3)), (b, s, d)) @ wo
+
+
+def _cnn(x, w, b):
+    y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = nn.relu(y + b)
+    return lax.reduce_window(y, -np.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+
+FUNCTIONS = {
+    "sum_fma": lambda x, y, z: pnp.sum(x + y * z),
+    "gelu": _gelu,
+    "softmax": lambda x: nn.softmax(x, axis=-1),
+    "layer_norm": lambda x, g, b: nn.layer_norm(x, g, b, eps=1e-5),
+    "mlp": lambda x, w1, b1, w2, b2: _gelu(x @ w1 + b1) @ w2 + b2,
+    "attention": _attention,
+    "cnn_block": _cnn,
+    "dispatch": lambda x, y: x + y,
+}
+
+
+def _build(name):
+    def build(ins):
+        f = pyxla.jit(FUNCTIONS[name], backend="cpu")
+        return lambda: f(*ins)
+    return build
+
+
+BUILDERS = {name: _build(name) for name in FUNCTIONS}

@@ -1,0 +1,61 @@
+"""PyTorch eager (NAME "torch") and torch.compile ("torch_compile"), CPU, float32, no grad."""
+import numpy as np
+
+NAME = "torch"
+
+
+def version() -> str:
+    import torch
+    return torch.__version__
+
+
+def functions():
+    import torch
+    import torch.nn.functional as F
+
+    def attention(x, wq, wk, wv, wo):
+        b, s, d = x.shape
+        heads, hd = 8, d // 8
+
+        def split(t):
+            return t.reshape(b, s, heads, hd).transpose(1, 2)
+
+        q, k, v = split(x @ wq), split(x @ wk), split(x @ wv)
+        p = torch.softmax(q @ k.transpose(-1, -2) / float(np.sqrt(hd)), dim=-1)
+        return (p @ v).transpose(1, 2).reshape(b, s, d) @ wo
+
+    def cnn(x, w, b):   # NHWC data, computed in torch's NCHW
+        y = F.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), b, padding=1)
+        return F.max_pool2d(F.relu(y), 2).permute(0, 2, 3, 1)
+
+    return {
+        "sum_fma": lambda x, y, z: torch.sum(x + y * z),
+        "gelu": lambda x: F.gelu(x, approximate="tanh"),
+        "softmax": lambda x: torch.softmax(x, dim=-1),
+        "layer_norm": lambda x, g, b: F.layer_norm(x, x.shape[-1:], g, b, eps=1e-5),
+        "mlp": lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2,
+        "attention": attention,
+        "cnn_block": cnn,
+        "dispatch": lambda x, y: x + y,
+    }
+
+
+def make_builders(compiled: bool):
+    def build_for(name):
+        def build(ins):
+            import torch
+            f = functions()[name]
+            if compiled:
+                f = torch.compile(f)
+            args = [torch.from_numpy(a) for a in ins]
+
+            def run():
+                with torch.no_grad():
+                    return f(*args).numpy()
+            return run
+        return build
+    return {name: build_for(name) for name in
+            ("sum_fma", "gelu", "softmax", "layer_norm", "mlp", "attention", "cnn_block", "dispatch")}
+
+
+BUILDERS = make_builders(compiled=False)

@@ -1,0 +1,103 @@
+"""The report: a markdown table of medians and ratios to the best peer, a JSON file and a
+PNG bar chart of pyxla's ratio per workload."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from .workloads import WORKLOADS
+
+
+def _cell(entry: dict | None) -> str:
+    if not entry:
+        return "–"
+    if "error" in entry:
+        return "fails"
+    t = entry["median_s"]
+    text = f"{t * 1e6:.1f} µs" if t < 1e-3 else f"{t * 1e3:.2f} ms"
+    return text + ("" if entry.get("correct", True) else " (wrong)")
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per workload: each framework's median and pyxla's ratio to the best peer."""
+    table = {}
+    for w in WORKLOADS:
+        row = {r["framework"]: r["results"].get(w.name) for r in runs}
+        peers = {fw: e["median_s"] for fw, e in row.items()
+                 if fw != "pyxla" and e and "median_s" in e and e.get("correct", True)}
+        mine = row.get("pyxla") or {}
+        ratio = None
+        if peers and "median_s" in mine:
+            ratio = mine["median_s"] / min(peers.values())
+        table[w.name] = {"row": row, "best_peer": min(peers, key=peers.get) if peers else None,
+                         "pyxla_over_best_peer": ratio}
+    return table
+
+
+def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_after) -> str:
+    table = summarize(runs)
+    names = [r["framework"] for r in runs]
+    busy = max(load_before[0], load_after[0]) > 0.5 * (os.cpu_count() or 1)
+    lines = [f"# pyxla benchmarks, {time.strftime('%Y-%m-%d')}",
+             "",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores; ceilings: copy "
+             f"{ceilings['copy_gb_per_s']:.1f} GB/s, triad {ceilings['triad_gb_per_s']:.1f} GB/s, "
+             f"SGEMM {ceilings['sgemm_gflops']:.0f} GFLOP/s.",
+             f"Load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f}"
+             + (" — the machine was BUSY: treat these numbers with care." if busy else "."),
+             "",
+             "| workload | " + " | ".join(names) + " | pyxla / best peer |",
+             "|---|" + "---|" * len(names) + "---|"]
+    for w in WORKLOADS:
+        t = table[w.name]
+        ratio = t["pyxla_over_best_peer"]
+        lines.append(f"| {w.name} | " + " | ".join(_cell(t["row"].get(n)) for n in names)
+                     + f" | {ratio:.2f} ({t['best_peer']})" if ratio else
+                     f"| {w.name} | " + " | ".join(_cell(t["row"].get(n)) for n in names) + " | – |")
+    lines.append("")
+    lines.append("First call (trace + compile + run):")
+    lines.append("")
+    lines.append("| workload | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---|" * len(names))
+    for w in WORKLOADS:
+        cells = []
+        for n in names:
+            e = table[w.name]["row"].get(n)
+            cells.append(f"{e['first_call_s'] * 1e3:.0f} ms" if e and "first_call_s" in e else "–")
+        lines.append(f"| {w.name} | " + " | ".join(cells) + " |")
+    for r in runs:
+        if "unavailable" in r:
+            lines.append(f"\n{r['framework']}: not run ({r['unavailable'][:200]})")
+        for wname, e in r.get("results", {}).items():
+            if e and "error" in e:
+                lines.append(f"\n{r['framework']} / {wname}: {e['error'][:200]}")
+    markdown = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(markdown)
+    (out / "report.json").write_text(json.dumps({"runs": runs, "ceilings": ceilings, "summary": {
+        k: {"best_peer": v["best_peer"], "pyxla_over_best_peer": v["pyxla_over_best_peer"]} for k, v in table.items()},
+        "load_average": [load_before, load_after]}, indent=1, default=str))
+    _chart(table, out / "ratios.png")
+    return markdown
+
+
+def _chart(table: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    names = [k for k, v in table.items() if v["pyxla_over_best_peer"]]
+    values = [table[k]["pyxla_over_best_peer"] for k in names]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.bar(names, values, color=["tab:green" if v <= 1 else "tab:red" for v in values])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_ylabel("pyxla time / best peer's")
+    ax.set_title("lower is better; below 1: pyxla is fastest")
+    plt.xticks(rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,123 @@
+"""The workloads, each defined once: inputs, a float64 NumPy reference, and what it must move.
+
+Sizes are those of the performance issue; `scale` shrinks every dimension for a quick run
+(the smoke test uses it), keeping shapes valid.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+GELU_C = np.sqrt(2 / np.pi)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    make_inputs: Callable[[np.random.Generator, float], list[np.ndarray]]
+    reference: Callable[..., np.ndarray]   # float64 NumPy
+    min_bytes: Callable[[list[np.ndarray]], int] | None = None   # memory-bound: bytes it must move
+    flops: Callable[[list[np.ndarray]], float] | None = None
+    rtol: float = 1e-4
+
+
+def _dim(n: int, scale: float, multiple: int = 1) -> int:
+    return max(multiple, int(n * scale) // multiple * multiple)
+
+
+def _f32(rng, *shape, scale: float = 1.0):
+    """Standard normal values times `scale`, as float32 (every framework gets float32)."""
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def gelu64(x):
+    return 0.5 * x * (1 + np.tanh(GELU_C * (x + 0.044715 * x ** 3)))
+
+
+def softmax64(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _fma_sum_inputs(rng, s):
+    n = _dim(16 * 2 ** 20, s * s, 16)
+    return [_f32(rng, n) for _ in range(3)]
+
+
+def _layer_norm64(x, g, b):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / np.sqrt(v + 1e-5) * g + b
+
+
+def _mlp_inputs(rng, s):
+    b, d, h = _dim(256, s, 8), _dim(1024, s, 8), _dim(4096, s, 8)
+    return [_f32(rng, b, d), _f32(rng, d, h, scale=d ** -0.5), _f32(rng, h, scale=0.1),
+            _f32(rng, h, d, scale=h ** -0.5), _f32(rng, d, scale=0.1)]
+
+
+def mlp64(x, w1, b1, w2, b2):
+    return gelu64(x @ w1 + b1) @ w2 + b2
+
+
+def _attention_inputs(rng, s):
+    batch, seq, heads, hd = _dim(8, s), _dim(256, s, 8), 8, _dim(64, s, 8)
+    d = heads * hd
+    ws = [_f32(rng, d, d, scale=d ** -0.5) for _ in range(4)]
+    return [_f32(rng, batch, seq, d)] + ws
+
+
+def attention64(x, wq, wk, wv, wo, heads=8):
+    b, s, d = x.shape
+    hd = d // heads
+
+    def split(t):
+        return t.reshape(b, s, heads, hd).transpose(0, 2, 1, 3)
+
+    q, k, v = split(x @ wq), split(x @ wk), split(x @ wv)
+    p = softmax64(q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd))
+    return (p @ v).transpose(0, 2, 1, 3).reshape(b, s, d) @ wo
+
+
+def _cnn_inputs(rng, s):
+    n, c, hw = _dim(16, s), _dim(64, s, 4), _dim(56, s, 2)
+    return [_f32(rng, n, hw, hw, c), _f32(rng, 3, 3, c, c, scale=(9 * c) ** -0.5), _f32(rng, c, scale=0.1)]
+
+
+def cnn_block64(x, w, b):
+    """NHWC 3x3 SAME convolution + bias + ReLU + 2x2/2 max pool."""
+    n, h, wd, c = x.shape
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    out = np.zeros((n, h, wd, w.shape[3]))
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("nhwc,co->nhwo", xp[:, i:i + h, j:j + wd, :], w[i, j], optimize=True)
+    out = np.maximum(out + b, 0)
+    return out.reshape(n, h // 2, 2, wd // 2, 2, -1).max(axis=(2, 4))
+
+
+WORKLOADS = [
+    Workload("sum_fma", "sum(x + y*z) over three vectors of 16M elements", _fma_sum_inputs,
+             lambda x, y, z: np.sum(x + y * z), min_bytes=lambda ins: sum(a.nbytes for a in ins), rtol=1e-3),
+    Workload("gelu", "tanh-GELU on 4096x4096", lambda rng, s: [_f32(rng, _dim(4096, s, 8), _dim(4096, s, 8))],
+             gelu64, min_bytes=lambda ins: 2 * ins[0].nbytes, rtol=1e-5),
+    Workload("softmax", "softmax over the last axis of 4096x4096",
+             lambda rng, s: [_f32(rng, _dim(4096, s, 8), _dim(4096, s, 8))], softmax64,
+             min_bytes=lambda ins: 2 * ins[0].nbytes, rtol=1e-4),
+    Workload("layer_norm", "layer norm of 4096x1024 with scale and bias",
+             lambda rng, s: [_f32(rng, _dim(4096, s, 8), _dim(1024, s, 8)), _f32(rng, _dim(1024, s, 8)),
+                             _f32(rng, _dim(1024, s, 8))],
+             _layer_norm64, min_bytes=lambda ins: 2 * ins[0].nbytes, rtol=1e-4),
+    Workload("mlp", "MLP: batch 256, 1024 -> 4096 -> 1024, bias and GELU", _mlp_inputs, mlp64,
+             flops=lambda ins: 2 * ins[0].shape[0] * ins[1].shape[0] * ins[1].shape[1] * 2, rtol=2e-3),
+    Workload("attention", "attention: batch 8, sequence 256, 8 heads of 64, QKV and output projections",
+             _attention_inputs, attention64, rtol=2e-3),
+    Workload("cnn_block", "CNN block: batch 16, 64 -> 64 channels, 56x56, 3x3 conv + bias + ReLU + 2x2 max-pool",
+             _cnn_inputs, cnn_block64, rtol=2e-3),
+    Workload("dispatch", "adding two arrays of 4 elements (per-call overhead)",
+             lambda rng, s: [_f32(rng, 4), _f32(rng, 4)], lambda x, y: x + y, rtol=1e-6),
+]
+BY_NAME = {w.name: w for w in WORKLOADS}

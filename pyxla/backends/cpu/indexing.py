@@ -1,0 +1,248 @@
+"""Indexing ops on the CPU backend: gather (an elemental rule), dynamic-update-slice and
+scatter (kernels), and the Sharding custom-call (a copy).
+
+Semantics are the evaluator's (pyxla/hlo/ops/indexing.py), which are XLA's on CPU:
+  - gather clamps each start index so that its whole slice fits in the operand;
+  - dynamic-update-slice clamps its starts so that the update fits;
+  - scatter skips an update window that would reach outside the operand, and applies the
+    updates of one position in order (batch positions row-major, then window elements
+    row-major) with the `to_apply` combiner, compiled as scalar IR.
+Index values are read as i64: signed types sign-extend, unsigned zero-extend, and u64 values
+past i64's range saturate (so they clamp to the last position, or fall out of bounds).
+
+dynamic-update-slice and scatter write their output in two steps: the operand is copied to
+the output (a memcpy when it is a buffer in the output's layout; nothing when buffer
+assignment put the output in the operand's own buffer), then the updates are written over
+it. Both work on a lone instruction and on a fusion whose root they are (XLA's
+`select_dynamic-update-slice_fusion`, `wrapped_scatter`): every operand is read through the
+elemental emitter, so fused operand computations are computed where they are read.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ...hlo.instruction import HloInstruction
+from ...hlo.ops.indexing import IndexingDims, _gather_dims, _scatter_dims, _scatter_groups
+from ...hlo.shape import ArrayShape
+from ...hlo.types import ElementType
+from ...runtime.analysis import byte_size
+from .codegen import KERNELS, tuple_element_offsets
+from .elemental import RULES, ElementalEmitter, Unsupported, _clamp_index, etype
+from .ir_types import I1, I64, PTR, i64
+from .loops import for_range
+from .sorting import CUSTOM_CALL_KERNELS, kernel_root, output_pointers
+
+INT64_MAX = (1 << 63) - 1
+
+
+# --- index values ------------------------------------------------------------------------------
+
+def index_as_i64(b: ir.IRBuilder, value: ir.Value, t: ElementType) -> ir.Value:
+    """An integer index as i64; u64 values past i64's range saturate to its maximum."""
+    if t.bits < 64:
+        return b.sext(value, I64) if t.is_signed else b.zext(value, I64)
+    if t.is_signed:
+        return value
+    return b.select(b.icmp_signed("<", value, i64(0)), i64(INT64_MAX), value)
+
+
+def index_vector(e: ElementalEmitter, indices: HloInstruction, dn: IndexingDims, batch: tuple) -> list[ir.Value]:
+    """The raw start indices (i64, one per index_map entry) at batch position `batch` (an index
+    into the indices' dims without index_vector_dim)."""
+    t = etype(indices)
+    if dn.index_vector_dim == indices.shape.rank:   # an implicit trailing dimension of size 1
+        return [index_as_i64(e.b, e.value(indices, batch), t)]
+    at = dn.index_vector_dim
+    return [index_as_i64(e.b, e.value(indices, batch[:at] + (i64(k),) + batch[at:]), t)
+            for k in range(len(dn.index_map))]
+
+
+def batch_starts(e: ElementalEmitter, indices: HloInstruction, dn: IndexingDims, rank: int,
+                 batch: tuple) -> list[ir.Value]:
+    """Every operand dimension's start for batch position `batch`: index-mapped dims hold the
+    raw index (not clamped or checked), batching dims the batch position, the others 0."""
+    starts = [i64(0)] * rank
+    for od, raw in zip(dn.index_map, index_vector(e, indices, dn, batch)):
+        starts[od] = raw
+    for od, idim in zip(dn.operand_batching_dims, dn.indices_batching_dims):
+        starts[od] = batch[dn.batch_axis(idim)]
+    return starts
+
+
+def split_index(index: tuple, window_dims: tuple) -> tuple[tuple, tuple]:
+    """(batch part, window part) of an index whose `window_dims` are the window's."""
+    window = set(window_dims)
+    return (tuple(i for d, i in enumerate(index) if d not in window),
+            tuple(index[d] for d in window_dims))
+
+
+def join_index(batch: tuple, window: tuple, window_dims: tuple) -> tuple:
+    """The inverse of split_index."""
+    rank = len(batch) + len(window)
+    placed = dict(zip(window_dims, window))
+    rest = iter(batch)
+    return tuple(placed[d] if d in placed else next(rest) for d in range(rank))
+
+
+def at_window(b: ir.IRBuilder, starts: list, window: tuple, window_operand_dims: tuple) -> tuple:
+    """The operand index of window element `window` of a window starting at `starts`."""
+    index = list(starts)
+    for od, w in zip(window_operand_dims, window):
+        index[od] = b.add(index[od], w)
+    return tuple(index)
+
+
+# --- gather: an elemental rule ---------------------------------------------------------------------
+
+def _gather(e: ElementalEmitter, instr, index):
+    b = e.b
+    operand, indices = instr.operands
+    dn = _gather_dims(instr.attrs)
+    sizes = tuple(instr.attrs["slice_sizes"])
+    dims = operand.shape.dims
+    if 0 in sizes and instr.shape.size:
+        raise Unsupported(f"the CPU backend cannot emit a gather with a size-0 collapsed or batching slice "
+                          f"dimension and a non-empty result ({instr.describe()})")
+    batch, window = split_index(index, dn.window_dims)
+    starts = batch_starts(e, indices, dn, operand.shape.rank, batch)
+    for od in dn.index_map:   # clamped so that the slice fits
+        starts[od] = _clamp_index(b, starts[od], dims[od] - sizes[od] + 1)
+    return e.value(operand, at_window(b, starts, window, dn.window_operand_dims(operand.shape.rank)))
+
+
+# --- writing an operand to the output -----------------------------------------------------------------
+
+def _outside_value(ke, value: HloInstruction) -> HloInstruction | None:
+    """The value outside the kernel that `value` reads as a buffer, or None when the kernel
+    computes it (a fused expression)."""
+    if ke.fused is None:
+        return value if any(op is value for op in ke.instr.operands) else None
+    if value.opcode == "parameter":
+        return ke.instr.operands[value.parameter_number]
+    return None
+
+
+def _in_place(ke, source: HloInstruction, out_offset: int) -> bool:
+    """Whether buffer assignment put the kernel's output (at out_offset) in `source`'s memory."""
+    codegen = ke.codegen
+    storage, offset = codegen._storage_and_offset(source)
+    out_storage, out_base = codegen._storage_and_offset(ke.instr)
+    if storage.opcode in ("parameter", "constant") or offset != out_base + out_offset:
+        return False
+    buffer = codegen.buffers.of(storage)
+    return buffer is not None and buffer is codegen.buffers.of(out_storage)
+
+
+def copy_into(ke, value: HloInstruction, ptr: ir.Value, shape: ArrayShape, out_offset: int = 0) -> None:
+    """Write `value` (of the output's dims) into the output array at `ptr`: nothing when it is
+    already there, a memcpy when it is a buffer in the same layout, else an element loop."""
+    source = _outside_value(ke, value)
+    if source is not None and isinstance(source.shape, ArrayShape) and \
+            source.shape.minor_to_major == shape.minor_to_major and source.shape.dtype == shape.dtype:
+        if _in_place(ke, source, out_offset):
+            return
+        if shape.size:
+            memcpy(ke.b, ke.codegen.ir, ptr, ke._operand_pointer(value), byte_size(shape))
+        return
+
+    def body(index):
+        ke.e.push_scope()
+        ke._store(ptr, shape, index, ke.e.value(value, index))
+        ke.e.pop_scope()
+
+    for_range(ke.b, shape.dims, body)
+
+
+def memcpy(b: ir.IRBuilder, module: ir.Module, dst: ir.Value, src: ir.Value, nbytes: int) -> None:
+    fn = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    b.call(fn, [dst, src, i64(nbytes), ir.Constant(I1, 0)])
+
+
+# --- dynamic-update-slice: a kernel ----------------------------------------------------------------
+
+def emit_dynamic_update_slice(ke) -> None:
+    """The operand, then the update written over it at its clamped starts."""
+    root = kernel_root(ke)
+    operand, update, *start_values = root.operands
+    shape: ArrayShape = ke.instr.shape
+    b, e = ke.b, ke.e
+    copy_into(ke, operand, ke.out_ptr, shape)
+    starts = [_clamp_index(b, index_as_i64(b, e.value(s, ()), etype(s)), n - u + 1)
+              for s, n, u in zip(start_values, shape.dims, update.shape.dims)]
+
+    def body(index):
+        e.push_scope()
+        target = tuple(b.add(s, i) for s, i in zip(starts, index))
+        ke._store(ke.out_ptr, shape, target, e.value(update, index))
+        e.pop_scope()
+
+    for_range(b, update.shape.dims, body)
+
+
+# --- scatter: a kernel ----------------------------------------------------------------------------------
+
+def emit_scatter(ke) -> None:
+    """The inputs, then each update window that fits combined into them, in order."""
+    root = kernel_root(ke)
+    inputs, indices, updates = _scatter_groups(root.operands)
+    dn = _scatter_dims(root.attrs)
+    combiner = root.attrs["to_apply"]
+    b, e = ke.b, ke.e
+    shapes = [ke.instr.shape] if len(inputs) == 1 else list(ke.instr.shape.elements)
+    offsets = [0] if len(inputs) == 1 else tuple_element_offsets(ke.instr.shape)
+    pointers = output_pointers(ke)
+    for x, ptr, shape, offset in zip(inputs, pointers, shapes, offsets):
+        copy_into(ke, x, ptr, shape, offset)
+
+    dims = shapes[0].dims
+    rank = len(dims)
+    window_operand_dims = dn.window_operand_dims(rank)
+    window_sizes = tuple(updates[0].shape.dims[d] for d in dn.window_dims)
+    window = [1] * rank
+    for od, size in zip(window_operand_dims, window_sizes):
+        window[od] = size
+    if any(n < w for n, w in zip(dims, window)):   # an empty operand: no window fits
+        return
+
+    def per_window(batch):
+        e.push_scope()
+        starts = batch_starts(e, indices, dn, rank, batch)
+        # A window with any element outside the operand is skipped whole.
+        fits = ir.Constant(I1, 1)
+        for od in dn.index_map:
+            fits = b.and_(fits, b.and_(b.icmp_signed(">=", starts[od], i64(0)),
+                                       b.icmp_signed("<=", starts[od], i64(dims[od] - window[od]))))
+        with b.if_then(fits):
+            def per_element(w):
+                e.push_scope()
+                target = at_window(b, starts, w, window_operand_dims)
+                update_index = join_index(batch, w, dn.window_dims)
+                current = [ke._load(ptr, shape, target) for ptr, shape in zip(pointers, shapes)]
+                new = [e.value(u, update_index) for u in updates]
+                combined = e.scalar_computation(combiner, current + new)
+                for ptr, shape, value in zip(pointers, shapes, combined):
+                    ke._store(ptr, shape, target, value)
+                e.pop_scope()
+
+            for_range(b, window_sizes, per_element)
+        e.pop_scope()
+
+    for_range(b, dn.batch_shape(indices.shape.dims), per_window)
+
+
+# --- the Sharding custom-call: a copy -----------------------------------------------------------------
+
+def emit_identity_custom_call(ke) -> None:
+    """Sharding annotations (and SPMD shape markers, on one device) pass their operand through."""
+    root = kernel_root(ke)
+    if not isinstance(ke.instr.shape, ArrayShape):
+        raise Unsupported(f"the CPU backend cannot pass a tuple through custom-call "
+                          f"{root.attrs.get('custom_call_target')!r} yet: {ke.instr.describe()}")
+    copy_into(ke, root.operands[0], ke.out_ptr, ke.instr.shape)
+
+
+RULES["gather"] = _gather
+KERNELS["dynamic-update-slice"] = emit_dynamic_update_slice
+KERNELS["scatter"] = emit_scatter
+for _target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"):
+    CUSTOM_CALL_KERNELS[_target] = emit_identity_custom_call
