@@ -85,6 +85,7 @@ class Compiled:
         self._static_key = static_key
         self._split = split_args
         self.compile_seconds = compile_seconds
+        self._single_output = out_tree.kind == "leaf"
 
     def as_text(self) -> str:
         """The module as it runs: optimised, fused and scheduled."""
@@ -99,8 +100,10 @@ class Compiled:
         return memory_analysis(self.module, self.compiled.buffers)
 
     def call_flat(self, leaves: list[np.ndarray]) -> Any:
-        result = self.executable(*leaves)
-        outs = _flatten_value(result) if self.out_tree.num_leaves != 1 or self.out_tree.kind != "leaf" else [result]
+        """Run on argument leaves that match this signature (shapes and dtypes already keyed)."""
+        outs = self.executable.run_unchecked(leaves)
+        if self._single_output:
+            return outs[0]
         return tree_unflatten(self.out_tree, outs)
 
     def __call__(self, *args, **kwargs) -> Any:
@@ -108,16 +111,9 @@ class Compiled:
         if static_key != self._static_key or in_tree != self.in_tree:
             raise ArgumentError("this compiled function was built for other static arguments or "
                                 f"another argument structure ({self.in_tree})")
-        return self.call_flat([leaf for leaf, _ in leaves])
-
-
-def _flatten_value(value) -> list:
-    if isinstance(value, tuple):
-        out = []
-        for v in value:
-            out.extend(_flatten_value(v))
-        return out
-    return [value]
+        arrays = [leaf for leaf, _ in leaves]
+        outs = self.executable.run_flat(arrays)   # checks every leaf against its parameter
+        return outs[0] if self._single_output else tree_unflatten(self.out_tree, outs)
 
 
 class Lowered:
@@ -162,6 +158,8 @@ class Jitted:
         self.static_argnames = set(names) | {positional[i] for i in self.static_argnums if i < len(positional)}
         self.donate_argnums = _normalize_static(donate_argnums)
         self._cache: dict[tuple, Compiled] = {}
+        self._fast_cache: dict[tuple, Compiled] = {}   # (shape, dtype) per positional array
+        self._positional_arrays_only = not self.static_argnums and not self.static_argnames
         self.trace_count = 0
         functools.update_wrapper(self, fn)
 
@@ -225,6 +223,18 @@ class Jitted:
         return self._trace(static_key, leaves, in_tree)
 
     def __call__(self, *args, **kwargs) -> Any:
+        # Fast path: positional arrays only, a signature seen before: one dict lookup.
+        if not kwargs and self._positional_arrays_only:
+            try:
+                fast_key = tuple((a.shape, a.dtype) for a in args)
+            except AttributeError:
+                fast_key = None
+            if fast_key is not None and all(isinstance(a, np.ndarray) for a in args):
+                compiled = self._fast_cache.get(fast_key)
+                if compiled is not None:
+                    return compiled.call_flat(args)
+        else:
+            fast_key = None
         static_key, leaves, in_tree = self._split_args(args, kwargs)
         key = self._key(static_key, leaves, in_tree)
         compiled = self._cache.get(key)
@@ -233,6 +243,8 @@ class Jitted:
                 print(f"pyxla: compiling {self.fn.__name__}: {self._miss_reason(key)}", file=sys.stderr)
             compiled = self._trace(static_key, leaves, in_tree).compile()
             self._cache[key] = compiled
+        if fast_key is not None and all(isinstance(a, np.ndarray) for a in args):
+            self._fast_cache[fast_key] = compiled
         return compiled.call_flat([a for a, _ in leaves])
 
     def _miss_reason(self, key) -> str:
@@ -250,6 +262,7 @@ class Jitted:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+        self._fast_cache.clear()
 
 
 def _merge_static(dynamic: list, static_key: tuple) -> list:

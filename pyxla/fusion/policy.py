@@ -121,6 +121,8 @@ class FusionPolicy:
         root = producer.attrs["calls"].root
         if producer.attrs.get("kind") == "kOutput":
             return self._refuse_output_fusion(root, consumer, merging=producer)
+        if op_def(root.opcode).fusion_kind == "opaque":   # XLA's wrapped_scatter, DUS fusions
+            return f"its root {root.opcode} is a kernel of its own, not computed per element"
         if _feeds_gemm(producer, consumer):
             return "feeds the dot/convolution of an output fusion (the GEMM reads plain buffers)"
         expensive = [i.opcode for i in producer.attrs["calls"].instructions if i.opcode in EXPENSIVE]

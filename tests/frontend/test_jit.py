@@ -211,3 +211,21 @@ def test_jit_on_the_native_cpu_backend(rng):
     b = rng.standard_normal(8).astype(np.float32)
     np.testing.assert_allclose(f(x, w, b), np.tanh(x.astype(np.float64) @ w + b), rtol=1e-4, atol=1e-6)
     assert "kOutput" in f.lower(x, w, b).compile().as_text()
+
+
+def test_compiled_object_checks_its_arguments(rng):
+    compiled = pyxla.jit(scaled_exp).lower(np.ones(3, np.float32), np.ones(3, np.float32)).compile()
+    with pytest.raises(ArgumentError, match=r"expected shape f32\[3\]"):
+        compiled(np.ones(4, np.float32), np.ones(4, np.float32))
+
+
+def test_fast_path_keys_on_shape_and_dtype(rng):
+    fn, calls = counting(scaled_exp)
+    f = pyxla.jit(fn)
+    a = rng.standard_normal(5).astype(np.float32)
+    b = rng.standard_normal(5)
+    np.testing.assert_allclose(f(a, a), np.exp(a.astype(np.float64)) * a, rtol=1e-6)
+    np.testing.assert_allclose(f(a, a), np.exp(a.astype(np.float64)) * a, rtol=1e-6)
+    out = f(b, b)   # same shapes, another dtype: a new signature, not the cached one
+    assert out.dtype == np.float64 and calls["n"] == 2
+    np.testing.assert_allclose(f(a[::-1], a[::-1]), np.exp(a[::-1].astype(np.float64)) * a[::-1], rtol=1e-6)

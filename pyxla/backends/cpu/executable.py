@@ -46,20 +46,46 @@ class CpuExecutable:
         self._keepalive = keepalive   # the JIT must outlive the function pointer
         self._root_shape = module.entry.root.shape
         self._params = module.entry.parameters
+        self._param_ptrs_type = ctypes.c_void_p * max(1, len(self._params))
+        self._out_ptrs_type = ctypes.c_void_p * max(1, len(output_sizes))
+        self._row_major = [isinstance(p.shape, ArrayShape) and
+                           p.shape.minor_to_major == tuple(range(p.shape.rank - 1, -1, -1)) for p in self._params]
+        # An output that is a whole row-major buffer is allocated as the array the caller gets.
+        self._direct = [slot.kind == "buffer" and slot.offset == 0 and slot.shape.byte_size == output_sizes[slot.index]
+                        and slot.shape.minor_to_major == tuple(range(slot.shape.rank - 1, -1, -1))
+                        and self._single_use(slot) for slot in outputs]
+        # what to allocate for each output buffer: the typed array itself, or raw bytes
+        self._allocations = [((max(1, n),), np.dtype(np.uint8)) for n in output_sizes]
+        for slot, direct in zip(outputs, self._direct):
+            if direct:
+                self._allocations[slot.index] = (slot.shape.dims, slot.shape.dtype.np_dtype)
+
+    def _single_use(self, slot: OutputSlot) -> bool:
+        return sum(1 for s in self.outputs if s.kind == "buffer" and s.index == slot.index) == 1
 
     def run_flat(self, args: Sequence[Any]) -> list[np.ndarray]:
-        checked = check_arguments(self.module.entry, args)
-        physical = [to_physical(a, p.shape) for a, p in zip(checked, self._params)]
-        param_ptrs = (ctypes.c_void_p * max(1, len(physical)))(*[a.ctypes.data for a in physical])
-        out_raw = [np.empty(max(1, n), np.uint8) for n in self.output_sizes]
-        out_ptrs = (ctypes.c_void_p * max(1, len(out_raw)))(*[o.ctypes.data for o in out_raw])
-        arena = np.empty(max(1, self.arena_size) + 64, np.uint8)
-        arena_ptr = arena.ctypes.data + (-arena.ctypes.data % 64)   # 64-byte aligned, as the plan assumes
+        """Check the arguments against the parameters, then run."""
+        return self.run_unchecked(check_arguments(self.module.entry, args))
+
+    def run_unchecked(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run on arrays already known to have the parameters' shapes and dtypes (jit's cache
+        key guarantees it): the per-call path, kept short."""
+        physical = [a if (fast and a.flags.c_contiguous) else to_physical(a, p.shape)
+                    for a, p, fast in zip(arrays, self._params, self._row_major)]
+        param_ptrs = self._param_ptrs_type(*[a.ctypes.data for a in physical])
+        out_raw = [np.empty(shape, dtype) for shape, dtype in self._allocations]
+        out_ptrs = self._out_ptrs_type(*[o.ctypes.data for o in out_raw])
+        arena_ptr = None
+        if self.arena_size:
+            arena = np.empty(self.arena_size + 64, np.uint8)
+            arena_ptr = arena.ctypes.data + (-arena.ctypes.data % 64)   # 64-byte aligned, as the plan assumes
         self._fn(ctypes.addressof(param_ptrs), ctypes.addressof(out_ptrs), arena_ptr)
         results = []
-        for slot in self.outputs:
-            if slot.kind == "parameter":
-                results.append(np.array(checked[slot.index], copy=True))
+        for slot, direct in zip(self.outputs, self._direct):
+            if direct:
+                results.append(out_raw[slot.index])
+            elif slot.kind == "parameter":
+                results.append(np.array(arrays[slot.index], copy=True))
             elif slot.kind == "constant":
                 results.append(np.array(slot.literal, dtype=slot.shape.dtype.np_dtype, copy=True))
             else:
