@@ -65,6 +65,7 @@ class ElementalEmitter:
         self.read_parameter = read_parameter
         self.read_constant = read_constant
         self.scopes: list[dict] = [{}]
+        self.float_flags: tuple[str, ...] = ()   # fast-math flags on float add/multiply
         # Instructions computed by other kernels: read from their buffers, never recomputed.
         self.buffer_reads: dict[int, Callable[[tuple], ir.Value]] = {}
 
@@ -118,11 +119,16 @@ class ElementalEmitter:
             return self.intrinsic(intrinsic, ty, args)
         return self.libm(f32_name if ty == F32 else f64_name, ty, args)
 
-    def scalar_computation(self, comp, args: list[ir.Value]) -> list[ir.Value]:
-        """A scalar computation (a reducer) applied to `args`; its results as a list."""
+    def scalar_computation(self, comp, args: list[ir.Value], reassociate: bool = False) -> list[ir.Value]:
+        """A scalar computation (a reducer) applied to `args`; its results as a list.
+
+        `reassociate` lets LLVM reorder float additions and multiplications (a reduction's
+        accumulation may then be vectorised with several partial sums, as XLA's CPU
+        reductions are; the order of a reduction is unspecified in HLO)."""
         bound = {p.parameter_number: a for p, a in zip(comp.parameters, args)}
         inner = ElementalEmitter(self.b, self.module, lambda p, idx: bound[p.parameter_number],
                                  self.read_constant)
+        inner.float_flags = ("reassoc", "nsz") if reassociate else ()
         root = comp.root
         if root.opcode == "tuple":
             return [inner.value(r, ()) for r in root.operands]
@@ -216,6 +222,8 @@ def _binary(e: ElementalEmitter, instr, index):
     op = instr.opcode
     ty = compute_type(t)
     if t.is_float:
+        if op in ("add", "multiply") and e.float_flags:
+            return (b.fadd if op == "add" else b.fmul)(x, y, flags=e.float_flags)
         simple = {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul, "divide": b.fdiv}
         if op in simple:
             return simple[op](x, y)
@@ -530,7 +538,7 @@ def emit_reduction_loop(e: ElementalEmitter, instr: HloInstruction, index: tuple
             full[d] = i
         elems = [e.value(instr.operands[k], tuple(full)) for k in range(n)]
         current = [b.load(acc) for acc in accs]
-        results = e.scalar_computation(comp, current + elems)
+        results = e.scalar_computation(comp, current + elems, reassociate=n == 1)
         for acc, r in zip(accs, results):
             b.store(r, acc)
 

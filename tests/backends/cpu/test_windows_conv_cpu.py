@@ -1,0 +1,311 @@
+"""reduce-window, select-and-scatter and convolution on the CPU backend against the evaluator:
+padding (negative too), strides, base and window dilation, variadic and mixed-precision
+reducers; convolutions in 1-D/2-D/3-D, NHWC and NCHW, feature and batch groups, window
+reversal, the BLAS path (f32/f64, chunked patch matrices) and the loop path (integers, bf16,
+depthwise, a fused epilogue)."""
+import numpy as np
+import pytest
+
+from pyxla.backends import get_backend
+from pyxla.hlo import parse_module
+
+from .differential import assert_cpu_matches_interpreter
+
+REDUCERS = {
+    "add": "ROOT r = {t}[] add(a, b)",
+    "maximum": "ROOT r = {t}[] maximum(a, b)",
+    "minimum": "ROOT r = {t}[] minimum(a, b)",
+}
+IDENTITY = {"add": "0", "maximum": "-inf", "minimum": "inf"}
+
+
+def reduce_window_module(reducer: str, t: str, dims: str, window: str, out: str, in_t: str | None = None) -> str:
+    in_t = in_t or t
+    init = IDENTITY[reducer] if t.startswith("f") else {"add": "0", "maximum": "-2147483648",
+                                                         "minimum": "2147483647"}[reducer]
+    return f"""HloModule rw
+red {{
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  {REDUCERS[reducer].format(t=t)}
+}}
+ENTRY main {{
+  x = {in_t}[{dims}] parameter(0)
+  init = {t}[] constant({init})
+  ROOT r = {t}[{out}] reduce-window(x, init), window={{{window}}}, to_apply=red
+}}
+"""
+
+
+def window_output(dims, window_text):
+    """XLA's window output dims for `size=.. stride=.. pad=.. lhs_dilate=.. rhs_dilate=..`."""
+    fields = dict(f.split("=") for f in window_text.split())
+    rank = len(dims)
+
+    def field(name, default):
+        return [int(v) for v in fields[name].split("x")] if name in fields else [default] * rank
+
+    size, stride = field("size", 1), field("stride", 1)
+    lhs, rhs = field("lhs_dilate", 1), field("rhs_dilate", 1)
+    pads = [tuple(int(v) for v in p.split("_")) for p in fields["pad"].split("x")] if "pad" in fields \
+        else [(0, 0)] * rank
+    out = []
+    for n, k, s, l, r, (lo, hi) in zip(dims, size, stride, lhs, rhs, pads):
+        padded = (n - 1) * l + 1 + lo + hi
+        span = (k - 1) * r + 1
+        out.append(max(0, (padded - span) // s + 1))
+    return out
+
+
+WINDOWS = [
+    ((2, 9, 8, 3), "size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0"),
+    ((3, 17), "size=1x17 pad=0_0x16_0"),                           # a cumulative sum
+    ((4, 10), "size=2x3 stride=1x2 pad=1_-1x2_0"),                 # negative padding crops
+    ((11, 7), "size=3x2 lhs_dilate=2x1 rhs_dilate=1x2 pad=2_1x0_1"),  # base and window dilation
+    ((5, 6, 7), "size=2x2x2 stride=2x1x3 rhs_dilate=2x2x1"),
+]
+
+
+@pytest.mark.parametrize("reducer", ["add", "maximum", "minimum"])
+@pytest.mark.parametrize("dims,window", WINDOWS, ids=[w for _, w in WINDOWS])
+def test_reduce_window_float(dims, window, reducer, rng):
+    out = window_output(dims, window)
+    text = reduce_window_module(reducer, "f32", ",".join(map(str, dims)), window, ",".join(map(str, out)))
+    x = (rng.standard_normal(dims) * 3).astype(np.float32)
+    x.reshape(-1)[rng.integers(0, x.size)] = np.nan   # NaN-propagating max/min
+    got = assert_cpu_matches_interpreter(text, rng, [x], rtol=1e-5, atol=1e-5)
+    assert got[0].shape == tuple(out)
+
+
+@pytest.mark.parametrize("dims,window", WINDOWS[2:4], ids=[w for _, w in WINDOWS[2:4]])
+def test_reduce_window_integers_exact(dims, window, rng):
+    out = window_output(dims, window)
+    text = reduce_window_module("add", "s32", ",".join(map(str, dims)), window, ",".join(map(str, out)))
+    assert_cpu_matches_interpreter(text, rng)
+
+
+def test_reduce_window_bf16_into_f32_accumulator(rng):
+    text = reduce_window_module("add", "f32", "6,20", "size=2x5 stride=2x1 pad=0_0x2_2", "3,20", in_t="bf16")
+    assert_cpu_matches_interpreter(text, rng, rtol=1e-5, atol=1e-5)
+
+
+VARIADIC = """HloModule argmax_window
+red {
+  va = f32[] parameter(0)
+  ia = s32[] parameter(1)
+  vb = f32[] parameter(2)
+  ib = s32[] parameter(3)
+  gt = pred[] compare(vb, va), direction=GT
+  v = f32[] select(gt, vb, va)
+  i = s32[] select(gt, ib, ia)
+  ROOT r = (f32[], s32[]) tuple(v, i)
+}
+ENTRY main {
+  x = f32[7,12] parameter(0)
+  iota = s32[7,12] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  minus1 = s32[] constant(-1)
+  ROOT r = (f32[7,5], s32[7,5]) reduce-window(x, iota, ninf, minus1), window={size=1x4 stride=1x2 pad=0_0x1_0}, to_apply=red
+}
+"""
+
+
+def test_reduce_window_variadic_argmax(rng):
+    x = rng.integers(-3, 4, (7, 12)).astype(np.float32)   # ties: the first index wins
+    got = assert_cpu_matches_interpreter(VARIADIC, rng, [x], rtol=0, atol=0)
+    assert got[1].min() >= 0
+
+
+FUSED_POOL = """HloModule pool
+red {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+ENTRY main {
+  x = f32[2,8,8,3] parameter(0)
+  y = f32[2,8,8,3] parameter(1)
+  s = f32[2,8,8,3] add(x, y)
+  init = f32[] constant(-inf)
+  p = f32[2,4,4,3] reduce-window(s, init), window={size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_0x1_0x0_0}, to_apply=red
+  two = f32[] constant(2)
+  b2 = f32[2,4,4,3] broadcast(two), dimensions={}
+  ROOT m = f32[2,4,4,3] multiply(p, b2)
+}
+"""
+
+
+def test_reduce_window_between_elementwise_ops(rng):
+    assert_cpu_matches_interpreter(FUSED_POOL, rng)
+
+
+def select_and_scatter_module(t: str, dims: str, source: str, window: str, direction: str = "GE",
+                              init: str = "0") -> str:
+    return f"""HloModule sas
+sel {{
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction={direction}
+}}
+sc {{
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT s = {t}[] add(a, b)
+}}
+ENTRY main {{
+  x = {t}[{dims}] parameter(0)
+  g = {t}[{source}] parameter(1)
+  init = {t}[] constant({init})
+  ROOT r = {t}[{dims}] select-and-scatter(x, g, init), window={{{window}}}, select=sel, scatter=sc
+}}
+"""
+
+
+SAS_WINDOWS = [
+    ((1, 6, 6, 2), "size=1x2x2x1 stride=1x2x2x1"),
+    ((2, 7, 7, 3), "size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0"),   # overlapping windows, padding
+    ((9, 5), "size=4x2 stride=1x1 pad=2_1x1_0"),
+]
+
+
+@pytest.mark.parametrize("dims,window", SAS_WINDOWS, ids=[w for _, w in SAS_WINDOWS])
+def test_select_and_scatter_max_pool_gradient(dims, window, rng):
+    source = window_output(dims, window)
+    text = select_and_scatter_module("f32", ",".join(map(str, dims)), ",".join(map(str, source)), window)
+    x = rng.integers(-2, 3, dims).astype(np.float32)     # ties: the first maximum is selected
+    g = (rng.standard_normal(source) * 2).astype(np.float32)
+    got = assert_cpu_matches_interpreter(text, rng, [x, g], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0].sum(), g.sum(), rtol=1e-4, atol=1e-4)   # every source value lands once
+
+
+def test_select_and_scatter_integers_min_select(rng):
+    dims, window = (8, 9), "size=3x3 stride=2x2 pad=1_1x1_1"
+    source = window_output(dims, window)
+    text = select_and_scatter_module("s32", "8,9", ",".join(map(str, source)), window, direction="LE", init="7")
+    assert_cpu_matches_interpreter(text, rng)
+
+
+# --- convolution --------------------------------------------------------------------------------
+
+def conv_module(t: str, lhs: tuple, rhs: tuple, out: tuple, window: str, labels: str, extra: str = "",
+                out_t: str | None = None) -> str:
+    out_t = out_t or t
+    dims = lambda d: ",".join(map(str, d))   # noqa: E731
+    return f"""HloModule conv
+ENTRY main {{
+  x = {t}[{dims(lhs)}] parameter(0)
+  w = {t}[{dims(rhs)}] parameter(1)
+  ROOT c = {out_t}[{dims(out)}] convolution(x, w), window={{{window}}}, dim_labels={labels}{extra}
+}}
+"""
+
+
+def conv_shapes(labels: str, batch: int, features: int, spatial: tuple, out_features: int, window: str,
+                fgc: int = 1, bgc: int = 1) -> tuple[tuple, tuple, tuple]:
+    """Operand and result dims for dim_labels `labels` (e.g. b01f_01io->b01f)."""
+    lhs_l, rest = labels.split("_")
+    rhs_l, out_l = rest.split("->")
+    size = [int(v) for v in dict(f.split("=") for f in window.split())["size"].split("x")]
+    out_spatial = window_output(spatial, window)
+
+    def arrange(layout, roles):
+        return tuple(roles[c] if c in roles else roles[int(c)] for c in layout)
+
+    lhs = arrange(lhs_l, {"b": batch, "f": features, **dict(enumerate(spatial))})
+    rhs = arrange(rhs_l, {"i": features // fgc, "o": out_features, **dict(enumerate(size))})
+    out = arrange(out_l, {"b": batch // bgc, "f": out_features, **dict(enumerate(out_spatial))})
+    return lhs, rhs, out
+
+
+CONVS = [
+    # (labels, batch, features, spatial, out features, window, fgc, bgc)
+    ("b0f_0io->b0f", 2, 3, (12,), 5, "size=4", 1, 1),
+    ("bf0_oi0->bf0", 3, 4, (15,), 6, "size=3 stride=2 pad=2_1 rhs_dilate=2", 1, 1),
+    ("b01f_01io->b01f", 2, 3, (7, 7), 8, "size=3x3 stride=2x2 pad=1_1x1_1", 1, 1),
+    ("bf01_oi01->bf01", 1, 2, (10, 8), 6, "size=3x2 pad=1_2x0_1 rhs_dilate=2x2", 1, 1),
+    ("b01f_01io->b01f", 1, 3, (4, 4), 4, "size=3x3 pad=2_1x2_1 lhs_dilate=2x2", 1, 1),       # transposed conv
+    ("b01f_01io->b01f", 2, 4, (6, 7), 8, "size=3x3 pad=-1_1x0_-1 rhs_reversal=1x0", 1, 1),  # crop, reversal
+    ("b01f_01io->b01f", 2, 6, (6, 6), 8, "size=3x3 pad=1_1x1_1", 2, 1),                     # feature groups
+    ("b01f_01io->b01f", 2, 4, (8, 8), 4, "size=3x3 pad=1_1x1_1", 4, 1),                     # depthwise
+    ("f01b_i01o->01bf", 6, 3, (5, 5), 8, "size=2x2 stride=1x2", 1, 2),                      # batch groups
+    ("b012f_012io->b012f", 2, 2, (5, 4, 6), 4, "size=2x3x2 stride=1x1x2 pad=1_0x1_1x0_1 lhs_dilate=1x1x2", 1, 1),
+    ("bf012_oi012->bf012", 1, 3, (4, 5, 4), 5, "size=2x2x2 rhs_dilate=2x1x1 pad=0_0x1_0x0_1", 1, 1),
+]
+
+
+@pytest.mark.parametrize("t,np_t,tol", [("f32", np.float32, 2e-5), ("f64", np.float64, 1e-12)])
+@pytest.mark.parametrize("case", CONVS, ids=[f"{c[0]}-{c[5]}-g{c[6]}b{c[7]}" for c in CONVS])
+def test_convolution_floats(case, t, np_t, tol, rng):
+    labels, batch, features, spatial, out_features, window, fgc, bgc = case
+    lhs, rhs, out = conv_shapes(labels, batch, features, spatial, out_features, window, fgc, bgc)
+    extra = (f", feature_group_count={fgc}" if fgc > 1 else "") + (f", batch_group_count={bgc}" if bgc > 1 else "")
+    text = conv_module(t, lhs, rhs, out, window, labels, extra)
+    got = assert_cpu_matches_interpreter(text, rng, rtol=tol, atol=tol)
+    assert got[0].shape == out
+
+
+@pytest.mark.parametrize("case", [CONVS[2], CONVS[6], CONVS[8]], ids=["plain", "groups", "batch_groups"])
+def test_convolution_integers_and_bf16_use_loops(case, rng):
+    labels, batch, features, spatial, out_features, window, fgc, bgc = case
+    lhs, rhs, out = conv_shapes(labels, batch, features, spatial, out_features, window, fgc, bgc)
+    extra = (f", feature_group_count={fgc}" if fgc > 1 else "") + (f", batch_group_count={bgc}" if bgc > 1 else "")
+    assert_cpu_matches_interpreter(conv_module("s8", lhs, rhs, out, window, labels, extra, out_t="s32"), rng)
+    assert_cpu_matches_interpreter(conv_module("bf16", lhs, rhs, out, window, labels, extra, out_t="f32"), rng,
+                                   rtol=1e-5, atol=1e-4)
+
+
+def test_convolution_chunked_patch_matrix(rng):
+    """Enough output positions x patch columns for several BLAS calls and a remainder chunk."""
+    lhs, rhs, out = conv_shapes("b01f_01io->b01f", 1, 16, (47, 61), 8, "size=3x3 pad=1_1x1_1")
+    assert_cpu_matches_interpreter(conv_module("f32", lhs, rhs, out, "size=3x3 pad=1_1x1_1", "b01f_01io->b01f"),
+                                   rng, rtol=2e-5, atol=2e-5)
+
+
+def test_convolution_non_default_layouts(rng):
+    text = """HloModule conv
+ENTRY main {
+  x = f32[2,3,9,9]{1,3,2,0} parameter(0)
+  w = f32[3,3,3,8]{0,1,3,2} parameter(1)
+  ROOT c = f32[2,8,5,5]{2,1,3,0} convolution(x, w), window={size=3x3 stride=2x2 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
+}
+"""
+    assert_cpu_matches_interpreter(text, rng, rtol=2e-5, atol=2e-5)
+
+
+CONV_EPILOGUE = """HloModule conv_relu
+ENTRY main {
+  x = f32[2,8,8,3] parameter(0)
+  w = f32[3,3,3,8] parameter(1)
+  bias = f32[8] parameter(2)
+  c = f32[2,8,8,8] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  bb = f32[2,8,8,8] broadcast(bias), dimensions={3}
+  a = f32[2,8,8,8] add(c, bb)
+  zero = f32[] constant(0)
+  z = f32[2,8,8,8] broadcast(zero), dimensions={}
+  ROOT r = f32[2,8,8,8] maximum(a, z)
+}
+"""
+
+
+def test_convolution_with_fused_epilogue(rng):
+    got = assert_cpu_matches_interpreter(CONV_EPILOGUE, rng, rtol=2e-5, atol=2e-5)
+    assert got[0].min() == 0.0
+
+
+def test_convolution_nan_in_padding_reach(rng):
+    """Padding reads as zero and 0 * inf is NaN, as in the evaluator (and XLA's im2col)."""
+    lhs, rhs, out = conv_shapes("b01f_01io->b01f", 1, 2, (5, 5), 4, "size=3x3 pad=1_1x1_1")
+    x = rng.standard_normal(lhs).astype(np.float32)
+    w = rng.standard_normal(rhs).astype(np.float32)
+    w[0, 0, 0, 0] = np.inf
+    got = assert_cpu_matches_interpreter(conv_module("f32", lhs, rhs, out, "size=3x3 pad=1_1x1_1",
+                                                     "b01f_01io->b01f"), rng, [x, w], rtol=2e-5, atol=2e-5)
+    assert np.isnan(got[0][0, 0, 0, 0])
+
+
+def test_zero_size_convolution(rng):
+    text = conv_module("f32", (0, 5, 3), (3, 3, 4), (0, 3, 4), "size=3", "b0f_0io->b0f")
+    module = parse_module(text)
+    got = get_backend("cpu").compile(module).run_flat([np.zeros((0, 5, 3), np.float32),
+                                                        rng.standard_normal((3, 3, 4)).astype(np.float32)])
+    assert got[0].shape == (0, 3, 4)
