@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
+from ..passes.call_inliner import inline_computation
 
 
 def fusion_kind(comp: HloComputation) -> str:
@@ -72,7 +73,7 @@ def fuse_producer(module: HloModule, fusion: HloInstruction, producer: HloInstru
             operand_params.append(comp.add_instruction(
                 HloInstruction(module.fresh_name("param"), "parameter", op.shape, parameter_number=number)))
     if producer.opcode == "fusion":   # merge the producer's kernel into this one
-        clone = _inline_fused(module, comp, producer.attrs["calls"], operand_params)
+        clone = inline_computation(module, comp, producer.attrs["calls"], operand_params)
     else:
         clone = _clone_into(module, comp, producer, operand_params)
     comp.replace_all_uses(param, clone)
@@ -84,18 +85,6 @@ def fuse_producer(module: HloModule, fusion: HloInstruction, producer: HloInstru
         parent.remove_instruction(producer)
         if producer.opcode == "fusion":
             module.computations.remove(producer.attrs["calls"])
-
-
-def _inline_fused(module: HloModule, comp: HloComputation, fused: HloComputation,
-                  operand_params: list[HloInstruction]) -> HloInstruction:
-    """Copy fused computation `fused` into `comp`, its parameters bound to `operand_params`."""
-    mapping: dict[int, HloInstruction] = {}
-    for instr in fused.post_order():
-        if instr.opcode == "parameter":
-            mapping[id(instr)] = operand_params[instr.parameter_number]
-        else:
-            mapping[id(instr)] = _clone_into(module, comp, instr, [mapping[id(o)] for o in instr.operands])
-    return mapping[id(fused.root)]
 
 
 def _drop_operand(fusion: HloInstruction, index: int) -> None:

@@ -13,7 +13,8 @@ from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.shape import TupleShape
 from ..passes.hlo_pass import HloPass
-from .fusion_builder import _inline_fused, make_fusion
+from ..passes.call_inliner import inline_computation
+from .fusion_builder import make_fusion
 
 
 def _reduce_signature(instr: HloInstruction):
@@ -58,7 +59,7 @@ def merge_siblings(module: HloModule, a: HloInstruction, b: HloInstruction) -> H
     roots = []
     for f in (a, b):
         bound = [params[operands.index(op)] for op in f.operands]
-        root = _inline_fused(module, fused, f.attrs["calls"], bound)
+        root = inline_computation(module, fused, f.attrs["calls"], bound)
         roots.extend(root.operands if root.opcode == "tuple" else [root])
     shape = TupleShape(tuple(r.shape for r in roots))
     fused.root = fused.add_instruction(HloInstruction(module.fresh_name("tuple"), "tuple", shape, roots))
