@@ -43,7 +43,7 @@ class CpuBackend:
             (folder / "llvm-ir.optimized.ll").write_text(result.optimised_ir)
             (folder / "assembly.s").write_text(result.assembly or "")
         sizes = [b.size for b in codegen.output_buffers]
-        return CpuExecutable(module, jit.address("entry"), codegen.outputs, sizes, buffers.arena_size, jit)
+        return CpuExecutable(module, jit.address("entry"), codegen.outputs, sizes, codegen.arena_size, jit)
 
 
 BACKEND = CpuBackend()

@@ -1,5 +1,6 @@
-"""LLVM IR for a compiled module: one kernel function per ENTRY instruction that computes,
-and one entry function that calls them in schedule order on the planned buffers.
+"""LLVM IR for a compiled module: one kernel function per instruction that computes, and
+one entry function that runs the ENTRY computation's instructions in schedule order on the
+planned buffers.
 
     void entry(ptr params, ptr outputs, ptr arena)
 
@@ -8,11 +9,25 @@ offsets buffer assignment chose; constants are globals. The entry function sets 
 DAZ bits of MXCSR for its duration, as XLA's CPU runtime does, so f32/f64 arithmetic
 flushes subnormals exactly like the evaluator.
 
+Control flow (while, conditional, call) is emitted inside the entry function, as loops and
+branches around the kernel calls of the computations it runs (control_flow.py), so an
+execution stays one foreign call. Each called computation has its own buffer assignment in
+its own region of the arena, after the entry computation's temps; the last part of the
+arena is scratch memory that a kernel may use while it runs (kernels run one at a time):
+
+    arena = [entry temps | region of each called computation | kernel scratch]
+
+A value is a list of array leaves (control_flow.Leaf); tuples, get-tuple-element, bitcast
+and opt-barrier only regroup leaves, so tuple values pass anywhere, and a kernel gets one
+pointer per operand (an array, or a tuple packed in one buffer).
+
 Kernels by kind:
   loop          fusion kLoop, or a lone elementwise / data-movement op: one loop nest over
                 the output, each element from the elemental emitter
   reduction     fusion kInput, or a lone reduce: an outer loop over rows; per row every
-                reduction runs once, then the row's outputs are written
+                reduction runs once, then the row's outputs are written. When reductions or
+                outputs do not share the rows, each reduction is first computed whole into
+                kernel scratch, then every output by its own loop nest reading them
   gemm          dot of f32/f64 in canonical form: a BLAS call per batch element, and for
                 fusion kOutput the epilogue loop in place over the result
 """
@@ -24,21 +39,25 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
-from ...fusion.buffer_assignment import BufferAssignment, _storage
+from ...fusion.buffer_assignment import Buffer, BufferAssignment
+from ...hlo.computation import HloComputation
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
 from ...hlo.shape import ArrayShape, TupleShape
 from ...runtime.analysis import byte_size
 from .blas import emit_gemm
+from .control_flow import (CONTROL_FLOW, VIEWS, Frame, Leaf, align, copy_array, plan_memory,
+                           tuple_element_offsets, value_leaves)
 from .elemental import RULES, ElementalEmitter, Unsupported, etype, linear_index
-from .ir_types import I8, I32, I64, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
+from .ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
 from .loops import for_range
-
-VIEWS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier", "parameter", "constant"})
 
 # Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
 # emit(kernel_emitter). Files in this package that add one register it here.
 KERNELS: dict = {}
+# Kernels for an output fusion (kOutput) around an op other than a GEMM dot (a convolution's
+# epilogue): opcode of the fused op -> emit(kernel_emitter).
+OUTPUT_FUSION_KERNELS: dict = {}
 MXCSR_FTZ_DAZ = 0x8040
 
 
@@ -53,54 +72,80 @@ class OutputSlot:
     literal: np.ndarray | None = None
 
 
-def tuple_element_offsets(shape: TupleShape) -> list[int]:
-    offsets, at = [], 0
-    for e in shape.elements:
-        offsets.append(at)
-        at += byte_size(e)
-    return offsets
-
-
 class ModuleCodegen:
+    """The LLVM module of one HLO module. `buffers` is the buffer assignment of the computation
+    whose kernels are being emitted (the entry's outside of emission); `arena_size` is known
+    after emit()."""
+
     def __init__(self, module: HloModule, buffers: BufferAssignment):
         self.hlo = module
+        self.entry_buffers = buffers
         self.buffers = buffers
         self.ir = ir.Module(name=module.name)
         self.ir.triple = llvm.get_process_triple()
         self.constants: dict[int, ir.GlobalVariable] = {}
-        self.output_buffers: list = []          # Buffer objects, in output slot order
+        self.kernels: dict[int, ir.Function] = {}
+        self.memory = plan_memory(module, buffers)
+        self.scratch_size = 0
+        self.arena: ir.Value | None = None       # the entry function's arena argument, while emitting
+        self.output_buffers: list[Buffer] = []   # in output slot order
         self.outputs: list[OutputSlot] = []
+        self._output_bases: dict[int, ir.Value] = {}
+        self._copied_outputs: list[tuple[Leaf, int]] = []   # ROOT leaves copied to an output buffer at the end
         self._plan_outputs()
+
+    @property
+    def scratch_offset(self) -> int:
+        return self.memory.end
+
+    @property
+    def arena_size(self) -> int:
+        return self.scratch_offset + self.scratch_size
 
     # --- outputs ------------------------------------------------------------------------------
     def _plan_outputs(self) -> None:
+        """A slot per ROOT leaf: the output buffer holding it, or a parameter or constant that
+        passes through whole; a leaf that is neither (a bitcast view of a parameter, say) is
+        copied into an output buffer of its own at the end of the entry function."""
         entry = self.hlo.entry
-        leaves = _root_leaves(entry.root)
-        for leaf in leaves:
-            storage, offset = self._storage_and_offset(leaf)
-            if storage.opcode == "parameter":
-                self.outputs.append(OutputSlot("parameter", storage.parameter_number, 0, leaf.shape))
-            elif storage.opcode == "constant":
-                self.outputs.append(OutputSlot("constant", 0, 0, leaf.shape, np.asarray(storage.literal)))
+        parameters = {p.parameter_number: p for p in entry.parameters}
+        for p in entry.parameters:
+            if not isinstance(p.shape, ArrayShape):
+                raise Unsupported(f"the CPU backend cannot take a tuple-shaped ENTRY parameter yet ({p.describe()})")
+        memory = self.memory.of(entry)
+        for leaf in value_leaves(entry.root):
+            if leaf.kind == "parameter" and _same_array(leaf.shape, parameters[leaf.owner].shape):
+                self.outputs.append(OutputSlot("parameter", leaf.owner, 0, leaf.shape))
+            elif leaf.kind == "constant" and _same_array(leaf.shape, leaf.owner.shape):
+                self.outputs.append(OutputSlot("constant", 0, 0, leaf.shape, np.asarray(leaf.owner.literal)))
+            elif leaf.kind == "buffer" and memory.buffer_of(leaf.owner).kind == "output":
+                index = self._output_index(memory.buffer_of(leaf.owner))
+                self.outputs.append(OutputSlot("buffer", index, leaf.position, leaf.shape))
             else:
-                buf = self.buffers.of(storage)
-                if buf not in self.output_buffers:
-                    self.output_buffers.append(buf)
-                self.outputs.append(OutputSlot("buffer", self.output_buffers.index(buf), offset, leaf.shape))
+                index = self._output_index(Buffer([], byte_size(leaf.shape), 0, 0, "output"))
+                self._copied_outputs.append((leaf, index))
+                self.outputs.append(OutputSlot("buffer", index, 0, leaf.shape))
+
+    def _output_index(self, buf: Buffer) -> int:
+        """The number of an output buffer, given one when it is new."""
+        for i, known in enumerate(self.output_buffers):
+            if known is buf:
+                return i
+        self.output_buffers.append(buf)
+        return len(self.output_buffers) - 1
+
+    def output_base(self, buf: Buffer) -> ir.Value:
+        return self._output_bases[id(buf)]
 
     def _storage_and_offset(self, instr: HloInstruction) -> tuple[HloInstruction, int]:
-        """The buffer-owning instruction behind a value, and the value's byte offset in it."""
-        if instr.opcode in ("bitcast",):
-            return self._storage_and_offset(instr.operands[0])
-        if instr.opcode == "get-tuple-element":
-            source = instr.operands[0]
-            if source.opcode == "tuple":
-                return self._storage_and_offset(source.operands[instr.attrs["index"]])
-            base, offset = self._storage_and_offset(source)
-            return base, offset + tuple_element_offsets(source.shape)[instr.attrs["index"]]
-        if instr.opcode == "opt-barrier":
-            return self._storage_and_offset(instr.operands[0])
-        return instr, 0
+        """The instruction behind a value (the owner of its buffer, a parameter or a constant)
+        and the value's byte offset in it."""
+        if instr.opcode not in VIEWS:
+            return instr, 0
+        leaf = value_leaves(instr)[0]
+        if leaf.kind == "parameter":
+            return next(p for p in instr.parent.parameters if p.parameter_number == leaf.owner), 0
+        return leaf.owner, leaf.position if leaf.kind == "buffer" else 0
 
     # --- the entry function ---------------------------------------------------------------------
     def emit(self) -> str:
@@ -108,35 +153,38 @@ class ModuleCodegen:
         params, outs, arena = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         saved = self._set_mxcsr(b)
-        for instr in self.hlo.entry.instructions:
-            if instr.opcode in VIEWS:
-                continue
-            kernel = self._kernel(instr)
-            operands = list(dict.fromkeys(instr.operands))
-            args = [self._pointer(b, instr, params, outs, arena)] + \
-                   [self._pointer(b, op, params, outs, arena) for op in operands]
-            b.call(kernel, args)
+        self.arena = arena
+        for i, buf in enumerate(self.output_buffers):
+            self._output_bases[id(buf)] = b.load(b.gep(outs, [i64(i)], source_etype=PTR), typ=PTR)
+        entry = self.hlo.entry
+        parameters = [[b.load(b.gep(params, [i64(p.parameter_number)], source_etype=PTR), typ=PTR)]
+                      for p in entry.parameters]
+        frame = self.frame(entry, parameters)
+        self.emit_computation(b, frame)
+        for leaf, index in self._copied_outputs:
+            copy_array(b, self.ir, self._output_bases[id(self.output_buffers[index])], leaf.shape,
+                       frame.pointer(b, leaf), leaf.shape)
         self._restore_mxcsr(b, saved)
         b.ret_void()
         return str(self.ir)
 
-    def _pointer(self, b: ir.IRBuilder, value: HloInstruction, params, outs, arena) -> ir.Value:
-        storage, offset = self._storage_and_offset(value)
-        if storage.opcode == "tuple":
-            raise Unsupported(f"the CPU backend cannot pass a tuple value to a kernel yet ({value.describe()})")
-        if storage.opcode == "parameter":
-            slot = b.gep(params, [i64(storage.parameter_number)], source_etype=PTR)
-            base = b.load(slot, typ=PTR)
-        elif storage.opcode == "constant":
-            base = self._constant_global(storage)
-        else:
-            buf = self.buffers.of(storage)
-            if buf.kind == "output":
-                slot = b.gep(outs, [i64(self.output_buffers.index(buf))], source_etype=PTR)
-                base = b.load(slot, typ=PTR)
-            else:
-                base = b.gep(arena, [i64(buf.offset)], source_etype=I8)
-        return b.gep(base, [i64(offset)], source_etype=I8) if offset else base
+    def frame(self, comp: HloComputation, parameters: list[list[ir.Value]]) -> Frame:
+        """A run of `comp` whose parameter n has the leaf pointers parameters[n]."""
+        return Frame(self, self.memory.of(comp), parameters)
+
+    def emit_computation(self, b: ir.IRBuilder, frame: Frame) -> None:
+        """The instructions of a computation, in schedule order, at the builder's position."""
+        for instr in frame.computation.instructions:
+            if instr.opcode in VIEWS:
+                continue
+            inline = CONTROL_FLOW.get(instr.opcode)
+            if inline is not None:
+                inline(self, b, frame, instr)
+                continue
+            kernel = self._kernel(instr, frame)
+            operands = list(dict.fromkeys(instr.operands))
+            args = [frame.kernel_argument(b, instr)] + [frame.kernel_argument(b, op) for op in operands]
+            b.call(kernel, args + [frame.arena_at(b, self.scratch_offset)])
 
     def _constant_global(self, instr: HloInstruction) -> ir.GlobalVariable:
         if id(instr) not in self.constants:
@@ -145,7 +193,7 @@ class ModuleCodegen:
                 tuple(reversed(shape.minor_to_major)))) if shape.rank else np.asarray(instr.literal)
             data = bytearray(physical.astype(shape.dtype.np_dtype).tobytes()) or bytearray(1)
             ty = ir.ArrayType(I8, len(data))
-            g = ir.GlobalVariable(self.ir, ty, name=f"constant.{instr.name}")
+            g = ir.GlobalVariable(self.ir, ty, name=self.ir.get_unique_name(f"constant.{instr.name}"))
             g.global_constant = True
             g.linkage = "internal"
             g.align = 64
@@ -171,47 +219,46 @@ class ModuleCodegen:
             b.call(ldmxcsr, [slot])
 
     # --- kernels -------------------------------------------------------------------------------
-    def _kernel(self, instr: HloInstruction) -> ir.Function:
+    def _kernel(self, instr: HloInstruction, frame: Frame) -> ir.Function:
+        """The kernel function of `instr`: void kernel(ptr out, ptr operand..., ptr scratch),
+        emitted once however many places run its computation."""
+        if id(instr) in self.kernels:
+            return self.kernels[id(instr)]
         operands = list(dict.fromkeys(instr.operands))
-        fn = ir.Function(self.ir, ir.FunctionType(VOID, [PTR] * (1 + len(operands))),
-                         name=f"kernel.{instr.name}")
+        fn = ir.Function(self.ir, ir.FunctionType(VOID, [PTR] * (2 + len(operands))),
+                         name=self.ir.get_unique_name(f"kernel.{instr.name}"))
         fn.linkage = "internal"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        out_ptr = fn.args[0]
-        pointers = {id(op): arg for op, arg in zip(operands, fn.args[1:])}
-        KernelEmitter(self, b, instr, out_ptr, pointers).emit()
+        out_ptr, *operand_ptrs, scratch = fn.args
+        pointers = {id(op): arg for op, arg in zip(operands, operand_ptrs)}
+        self.buffers = frame.memory.buffers   # kernels that look at buffer assignment see their computation's
+        try:
+            KernelEmitter(self, b, instr, out_ptr, pointers, scratch).emit()
+        finally:
+            self.buffers = self.entry_buffers
         b.ret_void()
+        self.kernels[id(instr)] = fn
         return fn
 
 
-def _root_leaves(root: HloInstruction) -> list[HloInstruction]:
-    if root.opcode == "tuple":
-        out = []
-        for o in root.operands:
-            out.extend(_root_leaves(o))
-        return out
-    if isinstance(root.shape, TupleShape):   # a tuple-valued result (while, multi-output fusion)
-        return [_Element(root, i) for i in range(len(root.shape.elements))]
-    return [root]
-
-
-class _Element(HloInstruction):
-    """A get-tuple-element made up for an output leaf that is part of a tuple-valued result."""
-
-    def __init__(self, source: HloInstruction, index: int):
-        super().__init__(f"{source.name}[{index}]", "get-tuple-element", source.shape.elements[index], [source],
-                         {"index": index})
+def _same_array(a: ArrayShape, b: ArrayShape) -> bool:
+    """The same logical array in the same bytes."""
+    return a.dtype == b.dtype and a.dims == b.dims and \
+        tuple(d for d in a.minor_to_major if a.dims[d] != 1) == tuple(d for d in b.minor_to_major if b.dims[d] != 1)
 
 
 class KernelEmitter:
     """The body of one kernel function."""
 
-    def __init__(self, codegen: ModuleCodegen, b: ir.IRBuilder, instr: HloInstruction, out_ptr, pointers):
+    def __init__(self, codegen: ModuleCodegen, b: ir.IRBuilder, instr: HloInstruction, out_ptr, pointers,
+                 scratch=None):
         self.codegen = codegen
         self.b = b
         self.instr = instr
         self.out_ptr = out_ptr
         self.pointers = pointers
+        self.scratch = scratch        # the arena's kernel scratch: memory this kernel may use while it runs
+        self.scratch_used = 0
         fused = instr.attrs["calls"] if instr.opcode == "fusion" else None
         self.fused = fused
         self.e = ElementalEmitter(b, codegen.ir, self._read_parameter, self._read_constant)
@@ -252,12 +299,19 @@ class KernelEmitter:
         st = storage_type(shape.dtype)
         b.store(to_storage(b, value, shape.dtype), b.gep(ptr, [offset], source_etype=st))
 
+    def reserve_scratch(self, nbytes: int) -> ir.Value:
+        """`nbytes` of kernel scratch for this kernel's own use (64-byte aligned)."""
+        at = self.scratch_used
+        self.scratch_used = align(at + nbytes)
+        self.codegen.scratch_size = max(self.codegen.scratch_size, self.scratch_used)
+        return self.b.gep(self.scratch, [i64(at)], source_etype=I8) if at else self.scratch
+
     # dispatch
     def emit(self) -> None:
         instr = self.instr
         root = self.fused.root if self.fused is not None else instr
         ops = {i.opcode for i in self.fused.instructions} if self.fused is not None else {instr.opcode}
-        special = KERNELS.get(root.opcode)
+        special = KERNELS.get(root.opcode) or self._output_fusion_kernel()
         if special is not None:
             return special(self)
         if ops & {"dot"} and self._emit_gemm(root):
@@ -268,6 +322,12 @@ class KernelEmitter:
             raise Unsupported(f"the CPU backend cannot compile {instr.opcode}"
                               f"{' (' + root.opcode + ')' if root is not instr else ''} yet: {instr.describe()}")
         self._emit_loop(root)
+
+    def _output_fusion_kernel(self):
+        if self.fused is None or self.instr.attrs.get("kind") != "kOutput":
+            return None
+        return next((OUTPUT_FUSION_KERNELS[i.opcode] for i in self.fused.instructions
+                     if i.opcode in OUTPUT_FUSION_KERNELS), None)
 
     def _emit_loop(self, root: HloInstruction) -> None:
         shape: ArrayShape = self.instr.shape
@@ -280,29 +340,22 @@ class KernelEmitter:
         for_range(self.b, shape.dims, body)
 
     def _emit_rows(self, root: HloInstruction) -> None:
-        """Per row: every reduction once, then the row's outputs."""
+        """Per row: every reduction once, then the row's outputs; reductions apart when the
+        reductions and outputs do not all share the same rows."""
         comp_instrs = self.fused.post_order() if self.fused is not None else [root]
         reduces = [i for i in comp_instrs if i.opcode == "reduce"]
-        roots = root.operands if root.opcode == "tuple" else [root]
-        rows = reduces[0].shape.dims if not isinstance(reduces[0].shape, TupleShape) else \
-            reduces[0].shape.elements[0].dims
-        for r in reduces:
-            dims = r.shape.elements[0].dims if isinstance(r.shape, TupleShape) else r.shape.dims
-            if dims != rows:
-                raise Unsupported(f"the CPU backend cannot emit reductions over different rows in one kernel "
-                                  f"({self.instr.describe()})")
         leaves = list(_output_leaves(root, self.instr.shape, 0))
+        rows = _reduce_rows(reduces[0])
+        if any(_reduce_rows(r) != rows for r in reduces) or any(shape.dims[:len(rows)] != rows
+                                                                for _, shape, _ in leaves):
+            return self._emit_reductions_apart(reduces, leaves)
 
         def row_body(row):
             self.e.push_scope()
             for r in reduces:
                 self.e.value(r, row)
             for value_of, shape, offset in leaves:
-                if shape.dims[:len(rows)] != rows:
-                    raise Unsupported(f"the CPU backend cannot emit output {shape.to_text(False)} of a kernel that "
-                                      f"reduces rows {list(rows)} "
-                                      f"({self.instr.describe()})")
-                ptr = self.b.gep(self.out_ptr, [i64(offset)], source_etype=I8) if offset else self.out_ptr
+                ptr = self._out_at(offset)
 
                 def body(index, value_of=value_of, shape=shape, ptr=ptr):
                     self.e.push_scope()
@@ -313,6 +366,43 @@ class KernelEmitter:
             self.e.pop_scope()
 
         for_range(self.b, rows, row_body)
+
+    def _emit_reductions_apart(self, reduces: list[HloInstruction], leaves: list) -> None:
+        """Each reduction whole into kernel scratch (in dependency order, so a reduction that
+        reads another reads it from there), then each output by its own loop nest: for a
+        kernel whose outputs are not laid out by the rows its reductions produce (a bitcast
+        of the rows, reductions of different shapes)."""
+        for r in reduces:
+            shapes = [ArrayShape(s.dtype, s.dims) for s in (r.shape.elements if isinstance(r.shape, TupleShape)
+                                                           else (r.shape,))]
+            ptrs = [self.reserve_scratch(s.byte_size) for s in shapes]
+
+            def body(index, r=r, shapes=shapes, ptrs=ptrs):
+                self.e.push_scope()
+                values = self.e.value(r, index)
+                for ptr, shape, value in zip(ptrs, shapes, values if isinstance(values, list) else [values]):
+                    self._store(ptr, shape, index, value)
+                self.e.pop_scope()
+
+            for_range(self.b, shapes[0].dims, body)
+
+            def read(index, shapes=shapes, ptrs=ptrs, variadic=isinstance(r.shape, TupleShape)):
+                values = [self._load(ptr, shape, index) for ptr, shape in zip(ptrs, shapes)]
+                return values if variadic else values[0]
+
+            self.e.buffer_reads[id(r)] = read
+        for value_of, shape, offset in leaves:
+            ptr = self._out_at(offset)
+
+            def body(index, value_of=value_of, shape=shape, ptr=ptr):
+                self.e.push_scope()
+                self._store(ptr, shape, index, value_of(self.e, index))
+                self.e.pop_scope()
+
+            for_range(self.b, shape.dims, body)
+
+    def _out_at(self, offset: int) -> ir.Value:
+        return self.b.gep(self.out_ptr, [i64(offset)], source_etype=I8) if offset else self.out_ptr
 
     def _emit_gemm(self, root: HloInstruction) -> bool:
         """A BLAS call for an f32/f64 canonical dot whose operands are buffers; False when the
@@ -386,6 +476,12 @@ def _output_leaves(value: HloInstruction, shape, offset: int):
             yield (lambda e, index, k=k: e.value(value, index)[k]), element, offset + at
     else:
         yield (lambda e, index: e.value(value, index)), shape, offset
+
+
+def _reduce_rows(reduce: HloInstruction) -> tuple:
+    """The dimensions of a reduction's result (of each result, for a variadic reduce)."""
+    shape = reduce.shape
+    return shape.elements[0].dims if isinstance(shape, TupleShape) else shape.dims
 
 
 def _prod(dims) -> int:

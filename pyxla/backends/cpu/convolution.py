@@ -13,7 +13,8 @@ Two ways to compute it, with the evaluator's semantics (dot_conv.py):
              positions is unrolled into a patch matrix P[position, (window offset, input
              feature)], multiplied by the group's kernel packed as W[(window offset, input
              feature), output feature], and the product is written to the output in its
-             layout. Chunks bound the patch matrix's memory.
+             layout. Chunks bound the patch matrix's memory. In an output fusion the
+             convolution goes to scratch memory and the epilogue loop reads it there.
 
 Group arithmetic: G = feature_group_count * batch_group_count groups (one count is 1);
 output feature o is in group o // (O / G). With feature groups, group g reads input
@@ -32,11 +33,11 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
 from .blas import emit_gemm
-from .codegen import KERNELS
+from .codegen import KERNELS, OUTPUT_FUSION_KERNELS
 from .elemental import RULES, ElementalEmitter, alloca_in_entry, convert, delinearize, etype
 from .ir_types import I8, compute_type, i64, storage_type
 from .loops import for_range
-from .sorting import Scratch, counted_loop, kernel_root
+from .sorting import counted_loop, kernel_root
 from .windows import window_source
 
 PATCH_CHUNK_ELEMENTS = 1 << 18   # patch matrix elements per BLAS call (1 MiB of f32)
@@ -145,9 +146,10 @@ def _convolution(e: ElementalEmitter, conv, index):
         w = convert(e, e.value(rhs, g.kernel_index(b, feature, in_feature, offsets)), etype(rhs), t)
         b.store(_multiply_add(b, t, b.load(acc), x, w), acc)
 
-    e.push_scope()
-    for_range(b, [w.size for w in g.window] + [g.input_features], body)
-    e.pop_scope()
+    if conv.operands[0].shape.size:   # an empty input leaves every window to padding: zero
+        e.push_scope()
+        for_range(b, [w.size for w in g.window] + [g.input_features], body)
+        e.pop_scope()
     return b.load(acc)
 
 
@@ -158,7 +160,8 @@ def gemm_fits(conv: HloInstruction) -> bool:
     if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands):
         return False
     g = ConvGeometry.of(conv)
-    return conv.shape.size > 0 and g.patch_columns > 0 and g.group_features >= GEMM_MIN_GROUP_FEATURES
+    return conv.shape.size > 0 and conv.operands[0].shape.size > 0 and g.patch_columns > 0 and \
+        g.group_features >= GEMM_MIN_GROUP_FEATURES
 
 
 def emit_convolution(ke) -> None:
@@ -167,6 +170,20 @@ def emit_convolution(ke) -> None:
     if not gemm_fits(conv):
         return ke._emit_loop(conv)
     emit_conv_gemm(ke, conv, ke.out_ptr, ke.instr.shape)
+
+
+def emit_conv_output_fusion(ke) -> None:
+    """A convolution with its elementwise epilogue: the convolution by BLAS into scratch
+    memory, then the epilogue loop reading it there (any epilogue, since the convolution's
+    result is whole before the loop reads it). Where BLAS does not fit, one loop does all."""
+    conv = next(i for i in ke.fused.instructions if i.opcode == "convolution")
+    root = kernel_root(ke)
+    if not gemm_fits(conv):
+        return ke._emit_loop(root)
+    result = ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
+    emit_conv_gemm(ke, conv, result, conv.shape)
+    ke.e.buffer_reads[id(conv)] = lambda index: ke._load(result, conv.shape, index)
+    ke._emit_loop(root)
 
 
 def emit_conv_gemm(ke, conv: HloInstruction, out_ptr: ir.Value, out_shape: ArrayShape) -> None:
@@ -179,11 +196,10 @@ def emit_conv_gemm(ke, conv: HloInstruction, out_ptr: ir.Value, out_shape: Array
     columns, features = g.patch_columns, g.group_features
     positions = prod(g.output_spatial)
     rows = max(1, min(positions, PATCH_CHUNK_ELEMENTS // columns))
-    module = ke.codegen.ir
-    weights = Scratch(b, module, g.groups * columns * features * t.bytes)
-    patches = Scratch(b, module, rows * columns * t.bytes)
-    product = Scratch(b, module, rows * features * t.bytes)
-    _pack_weights(ke, conv, g, weights.pointer)
+    weights = ke.reserve_scratch(g.groups * columns * features * t.bytes)
+    patches = ke.reserve_scratch(rows * columns * t.bytes)
+    product = ke.reserve_scratch(rows * features * t.bytes)
+    _pack_weights(ke, conv, g, weights)
     window_sizes = [w.size for w in g.window]
 
     def chunk(batch, group, start, count: int):
@@ -191,7 +207,7 @@ def emit_conv_gemm(ke, conv: HloInstruction, out_ptr: ir.Value, out_shape: Array
         def fill_row(r):
             e.push_scope()
             spatial = delinearize(b, b.add(start, r[0]), g.output_spatial, tuple(range(len(g.output_spatial) - 1, -1, -1)))
-            row = b.gep(patches.pointer, [b.mul(r[0], i64(columns))], source_etype=st)
+            row = b.gep(patches, [b.mul(r[0], i64(columns))], source_etype=st)
 
             def fill(loop):
                 offsets, in_feature = loop[:-1], loop[-1]
@@ -203,8 +219,8 @@ def emit_conv_gemm(ke, conv: HloInstruction, out_ptr: ir.Value, out_shape: Array
             e.pop_scope()
 
         for_range(b, [count], fill_row)
-        group_weights = b.gep(weights.pointer, [b.mul(group, i64(columns * features * t.bytes))], source_etype=I8)
-        emit_gemm(b, t.name, product.pointer, patches.pointer, group_weights, count, features, columns, False, False)
+        group_weights = b.gep(weights, [b.mul(group, i64(columns * features * t.bytes))], source_etype=I8)
+        emit_gemm(b, t.name, product, patches, group_weights, count, features, columns, False, False)
 
         def write(loop):
             r, x = loop
@@ -214,7 +230,7 @@ def emit_conv_gemm(ke, conv: HloInstruction, out_ptr: ir.Value, out_shape: Array
             index[dn.output_feature] = b.add(b.mul(group, i64(features)), x) if g.groups > 1 else x
             for d, i in zip(dn.output_spatial, spatial):
                 index[d] = i
-            value = b.load(b.gep(product.pointer, [b.add(b.mul(r, i64(features)), x)], source_etype=st), typ=st)
+            value = b.load(b.gep(product, [b.add(b.mul(r, i64(features)), x)], source_etype=st), typ=st)
             ke._store(out_ptr, out_shape, tuple(index), value)
 
         for_range(b, [count, features], write)
@@ -229,8 +245,6 @@ def emit_conv_gemm(ke, conv: HloInstruction, out_ptr: ir.Value, out_shape: Array
             chunk(batch, group, i64(full * rows), rest)
 
     for_range(b, [g.batch, g.groups], per_block)
-    for scratch in (product, patches, weights):
-        scratch.release()
 
 
 def _pack_weights(ke, conv: HloInstruction, g: ConvGeometry, packed: ir.Value) -> None:
@@ -263,3 +277,4 @@ def _row_major(b: ir.IRBuilder, index, extents) -> ir.Value:
 
 RULES["convolution"] = _convolution
 KERNELS["convolution"] = emit_convolution
+OUTPUT_FUSION_KERNELS["convolution"] = emit_conv_output_fusion

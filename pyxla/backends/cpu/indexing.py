@@ -1,9 +1,9 @@
-"""Indexing ops on the CPU backend: gather (an elemental rule), dynamic-update-slice and
-scatter (kernels), and the Sharding custom-call (a copy).
+"""Indexing ops on the CPU backend: gather and dynamic-slice (elemental rules),
+dynamic-update-slice and scatter (kernels), and the Sharding custom-call (a copy).
 
 Semantics are the evaluator's (pyxla/hlo/ops/indexing.py), which are XLA's on CPU:
   - gather clamps each start index so that its whole slice fits in the operand;
-  - dynamic-update-slice clamps its starts so that the update fits;
+  - dynamic-slice and dynamic-update-slice clamp their starts so that the slice fits;
   - scatter skips an update window that would reach outside the operand, and applies the
     updates of one position in order (batch positions row-major, then window elements
     row-major) with the `to_apply` combiner, compiled as scalar IR.
@@ -25,10 +25,10 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.ops.indexing import IndexingDims, _gather_dims, _scatter_dims, _scatter_groups
 from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
-from ...runtime.analysis import byte_size
 from .codegen import KERNELS, tuple_element_offsets
+from .control_flow import copy_array
 from .elemental import RULES, ElementalEmitter, Unsupported, _clamp_index, etype
-from .ir_types import I1, I64, PTR, i64
+from .ir_types import I1, I64, i64
 from .loops import for_range
 from .sorting import CUSTOM_CALL_KERNELS, kernel_root, output_pointers
 
@@ -110,6 +110,20 @@ def _gather(e: ElementalEmitter, instr, index):
     return e.value(operand, at_window(b, starts, window, dn.window_operand_dims(operand.shape.rank)))
 
 
+# --- dynamic-slice: an elemental rule ------------------------------------------------------------
+
+def clamped_starts(e: ElementalEmitter, start_values, dims: tuple, sizes: tuple) -> list[ir.Value]:
+    """dynamic-slice's and dynamic-update-slice's scalar starts, clamped so that `sizes` fit."""
+    return [_clamp_index(e.b, index_as_i64(e.b, e.value(s, ()), etype(s)), n - size + 1)
+            for s, n, size in zip(start_values, dims, sizes)]
+
+
+def _dynamic_slice(e: ElementalEmitter, instr, index):
+    operand, *start_values = instr.operands
+    starts = clamped_starts(e, start_values, operand.shape.dims, tuple(instr.attrs["dynamic_slice_sizes"]))
+    return e.value(operand, tuple(e.b.add(s, i) for s, i in zip(starts, index)))
+
+
 # --- writing an operand to the output -----------------------------------------------------------------
 
 def _outside_value(ke, value: HloInstruction) -> HloInstruction | None:
@@ -122,7 +136,7 @@ def _outside_value(ke, value: HloInstruction) -> HloInstruction | None:
     return None
 
 
-def _in_place(ke, source: HloInstruction, out_offset: int) -> bool:
+def _in_place(ke, source: HloInstruction, out_offset: int, shape: ArrayShape) -> bool:
     """Whether buffer assignment put the kernel's output (at out_offset) in `source`'s memory."""
     codegen = ke.codegen
     storage, offset = codegen._storage_and_offset(source)
@@ -130,19 +144,20 @@ def _in_place(ke, source: HloInstruction, out_offset: int) -> bool:
     if storage.opcode in ("parameter", "constant") or offset != out_base + out_offset:
         return False
     buffer = codegen.buffers.of(storage)
-    return buffer is not None and buffer is codegen.buffers.of(out_storage)
+    same = buffer is not None and buffer is codegen.buffers.of(out_storage)
+    if same and source.shape.minor_to_major != shape.minor_to_major:
+        raise Unsupported(f"the CPU backend cannot update {source.describe()} in place in another layout "
+                          f"({ke.instr.describe()})")
+    return same
 
 
 def copy_into(ke, value: HloInstruction, ptr: ir.Value, shape: ArrayShape, out_offset: int = 0) -> None:
     """Write `value` (of the output's dims) into the output array at `ptr`: nothing when it is
-    already there, a memcpy when it is a buffer in the same layout, else an element loop."""
+    already there, a copy when it is a buffer, else an element loop computing it."""
     source = _outside_value(ke, value)
-    if source is not None and isinstance(source.shape, ArrayShape) and \
-            source.shape.minor_to_major == shape.minor_to_major and source.shape.dtype == shape.dtype:
-        if _in_place(ke, source, out_offset):
-            return
-        if shape.size:
-            memcpy(ke.b, ke.codegen.ir, ptr, ke._operand_pointer(value), byte_size(shape))
+    if source is not None:
+        if not _in_place(ke, source, out_offset, shape):
+            copy_array(ke.b, ke.codegen.ir, ptr, shape, ke._operand_pointer(value), source.shape)
         return
 
     def body(index):
@@ -151,11 +166,6 @@ def copy_into(ke, value: HloInstruction, ptr: ir.Value, shape: ArrayShape, out_o
         ke.e.pop_scope()
 
     for_range(ke.b, shape.dims, body)
-
-
-def memcpy(b: ir.IRBuilder, module: ir.Module, dst: ir.Value, src: ir.Value, nbytes: int) -> None:
-    fn = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-    b.call(fn, [dst, src, i64(nbytes), ir.Constant(I1, 0)])
 
 
 # --- dynamic-update-slice: a kernel ----------------------------------------------------------------
@@ -167,8 +177,7 @@ def emit_dynamic_update_slice(ke) -> None:
     shape: ArrayShape = ke.instr.shape
     b, e = ke.b, ke.e
     copy_into(ke, operand, ke.out_ptr, shape)
-    starts = [_clamp_index(b, index_as_i64(b, e.value(s, ()), etype(s)), n - u + 1)
-              for s, n, u in zip(start_values, shape.dims, update.shape.dims)]
+    starts = clamped_starts(e, start_values, shape.dims, update.shape.dims)
 
     def body(index):
         e.push_scope()
@@ -242,6 +251,7 @@ def emit_identity_custom_call(ke) -> None:
 
 
 RULES["gather"] = _gather
+RULES["dynamic-slice"] = _dynamic_slice   # (replaces elemental.py's, which reads u64 starts as signed)
 KERNELS["dynamic-update-slice"] = emit_dynamic_update_slice
 KERNELS["scatter"] = emit_scatter
 for _target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"):

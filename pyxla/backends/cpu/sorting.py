@@ -1,20 +1,20 @@
 """Sorting on the CPU backend: sort (any comparator, any number of operands), topk, and the
 TopK custom-call of XLA CPU's optimized HLO.
 
-One engine does all three. Each row along the sort dimension is sorted as a permutation of
-its positions (i32 indices in scratch memory): insertion sort of short runs, then bottom-up
-merges of runs into a second index array, back and forth. Both put an element after every
-equal element before it, so the sort is stable, which satisfies is_stable=true and gives the
-evaluator's order otherwise too (its merge sort is stable). The comparator is compiled as
-scalar IR where it is asked (`less(i, j)` on two positions of the row), so NaN, -0, total
-order and multi-key ties are whatever the comparator computation says. The outputs are then
-gathered through the permutation.
-
-The kernels read their operands while writing their outputs: they must not share memory
-(buffer assignment writes only elementwise results in place over an operand).
+One engine does all three. Each row along the sort dimension is copied into scratch memory
+as columns (the operands, and for topk the s32 indices), sorted there, and written out:
+insertion sort of short runs, then bottom-up merges of runs into a second copy of the
+columns, back and forth, every column of an element moving with it (so comparisons read
+neighbouring memory, not a permutation's scattered positions). Both steps put an element
+after every element before it that it does not sort strictly before, so the sort is
+stable, which satisfies is_stable=true and gives the evaluator's order otherwise too (its
+merge sort is stable; for a comparator that is not a strict weak order, which order comes
+out is implementation-defined). The comparator is compiled as scalar IR where it is asked,
+so NaN, -0, total order and multi-key ties are whatever the comparator computation says.
+A row is read whole before it is written, so an output may even share its operand's memory.
 
 Also here: small IR building blocks the sort, window and convolution kernels share (loops
-whose bounds are known only at run time, short-circuit conditions, scratch memory).
+whose bounds are known only at run time, short-circuit conditions).
 """
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ import llvmlite.ir as ir
 
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape, TupleShape
+from ...hlo.types import S32, ElementType
 from .codegen import KERNELS, tuple_element_offsets
 from .elemental import Unsupported, _total_order_key, alloca_in_entry
-from .ir_types import I1, I8, I32, I64, PTR, i64
+from .ir_types import I1, I8, I32, I64, i64, storage_type, to_compute, to_storage
 from .loops import for_range
 
 INSERTION_RUN = 16          # rows are insertion-sorted in runs of this length before merging
-STACK_SCRATCH_BYTES = 1 << 16   # larger scratch comes from malloc, not the stack
 
 
 # --- IR building blocks ---------------------------------------------------------------------
@@ -125,44 +125,6 @@ def minimum(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
-class Scratch:
-    """Temporary memory for one kernel call: on the stack when small, else malloc'd and
-    freed by `release()` at the end of the kernel."""
-
-    def __init__(self, b: ir.IRBuilder, module: ir.Module, nbytes: int):
-        self.b = b
-        self.module = module
-        self.on_heap = nbytes > STACK_SCRATCH_BYTES
-        if self.on_heap:
-            self.pointer = b.call(_libc(module, "malloc", PTR, [I64]), [i64(max(nbytes, 1))])
-        else:
-            slot = alloca_in_entry(b, ir.ArrayType(I8, max(nbytes, 1)))
-            slot.align = 64
-            slot.type = PTR   # used through typed geps, like the kernels' (opaque) pointer arguments
-            self.pointer = slot
-
-    def release(self) -> None:
-        if self.on_heap:
-            self.b.call(_libc(self.module, "free", ir.VoidType(), [PTR]), [self.pointer])
-
-
-def _libc(module: ir.Module, name: str, ret: ir.Type, args: list) -> ir.Function:
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
-    return fn
-
-
-def physical_stride(shape: ArrayShape, dim: int) -> int:
-    """Elements between neighbours along `dim` in the shape's layout."""
-    stride = 1
-    for d in shape.minor_to_major:
-        if d == dim:
-            return stride
-        stride *= shape.dims[d]
-    raise ValueError(f"dimension {dim} is not in the layout of {shape.to_text(False)}")
-
-
 def output_pointers(ke) -> list[ir.Value]:
     """The kernel's output buffer, or one pointer per element of a tuple-valued output."""
     shape = ke.instr.shape
@@ -179,79 +141,123 @@ def kernel_root(ke) -> HloInstruction:
 
 # --- the engine -------------------------------------------------------------------------------
 
-# less(i, j) -> i1: whether the element at row position i (i64) sorts strictly before the one at j
-Less = Callable[[ir.Value, ir.Value], ir.Value]
+# less(lhs, rhs) -> i1: whether the element with column values lhs sorts strictly before rhs's
+Less = Callable[[list, list], ir.Value]
 
 
-def emit_row_sorts(ke, rows: tuple, n: int, less_for_row: Callable[[tuple], Less],
-                   write_row: Callable[[tuple, Callable[[ir.Value], ir.Value]], None]) -> None:
-    """For every row index over `rows`: the stable permutation of its n positions under
-    less_for_row(row), then write_row(row, position_of) where position_of(j) is the i64 row
-    position of the j-th element in sorted order."""
+class RowColumns:
+    """Two scratch copies (A and B) of one row's columns, each column an array of n elements
+    in its storage type. An element's values move together from one copy to the other, so
+    comparisons read neighbouring memory however far the sort has permuted the row."""
+
+    def __init__(self, b: ir.IRBuilder, types: list[ElementType], n: int, memory: ir.Value):
+        self.b = b
+        self.types = types
+        self.offsets = []
+        at = 0
+        for t in types:
+            self.offsets.append(at)
+            at += _column_bytes(t, n)
+        self.first = memory
+        self.second = b.gep(memory, [i64(at)], source_etype=I8)
+
+    @staticmethod
+    def bytes(types: list[ElementType], n: int) -> int:
+        """Scratch bytes for both copies."""
+        return 2 * sum(_column_bytes(t, n) for t in types)
+
+    def _slot(self, copy: ir.Value, column: int, j: ir.Value) -> ir.Value:
+        b, t = self.b, self.types[column]
+        base = b.gep(copy, [i64(self.offsets[column])], source_etype=I8) if self.offsets[column] else copy
+        return b.gep(base, [j], source_etype=storage_type(t))
+
+    def raw(self, copy: ir.Value, j: ir.Value) -> list[ir.Value]:
+        return [self.b.load(self._slot(copy, c, j), typ=storage_type(t)) for c, t in enumerate(self.types)]
+
+    def values(self, copy: ir.Value, j: ir.Value) -> list[ir.Value]:
+        return [to_compute(self.b, v, t) for v, t in zip(self.raw(copy, j), self.types)]
+
+    def put_raw(self, copy: ir.Value, j: ir.Value, raw: list[ir.Value]) -> None:
+        for c, v in enumerate(raw):
+            self.b.store(v, self._slot(copy, c, j))
+
+    def put(self, copy: ir.Value, j: ir.Value, values: list[ir.Value]) -> None:
+        self.put_raw(copy, j, [to_storage(self.b, v, t) for v, t in zip(values, self.types)])
+
+
+def _column_bytes(t: ElementType, n: int) -> int:
+    return -(-n * t.bytes // 8) * 8   # 8-byte aligned, so every column is aligned for its type
+
+
+def emit_row_sorts(ke, rows: tuple, n: int, types: list[ElementType],
+                   fill: Callable[[tuple, ir.Value], list], less: Less,
+                   write_row: Callable[[tuple, Callable[[ir.Value], list]], None]) -> None:
+    """For every row index over `rows`: columns of `types` filled with fill(row, j) for
+    positions j < n, sorted stably by `less`, then write_row(row, sorted_values) where
+    sorted_values(j) gives the column values of the j-th element in sorted order."""
     b = ke.b
     if n == 0 or any(d == 0 for d in rows):
         return
-    scratch = Scratch(b, ke.codegen.ir, 2 * 4 * n)
-    first = scratch.pointer
-    second = b.gep(first, [i64(4 * n)], source_etype=I8)
+    columns = RowColumns(b, types, n, ke.reserve_scratch(RowColumns.bytes(types, n)))
 
     def row_body(row):
         ke.e.push_scope()
-        less = less_for_row(row)
-        for_range(b, [n], lambda j: b.store(b.trunc(j[0], I32), b.gep(first, [j[0]], source_etype=I32)))
-        _insertion_sort_runs(b, first, n, less)
-        order = _merge_passes(b, first, second, n, less)
-        write_row(row, lambda j: _position(b, order, j))
+
+        def fill_one(j):
+            ke.e.push_scope()
+            columns.put(columns.first, j[0], fill(row, j[0]))
+            ke.e.pop_scope()
+
+        for_range(b, [n], fill_one)
+        _insertion_sort_runs(b, columns, n, less)
+        final = _merge_passes(b, columns, n, less)
+        write_row(row, lambda j: columns.values(final, j))
         ke.e.pop_scope()
 
     for_range(b, rows, row_body)
-    scratch.release()
 
 
-def _position(b: ir.IRBuilder, order: ir.Value, j: ir.Value) -> ir.Value:
-    return b.zext(b.load(b.gep(order, [j], source_etype=I32), typ=I32), I64)
-
-
-def _insertion_sort_runs(b: ir.IRBuilder, order: ir.Value, n: int, less: Less) -> None:
-    """Sort order[s : s + INSERTION_RUN] for every run start s; an element moves left only
-    past elements it sorts strictly before (stable)."""
+def _insertion_sort_runs(b: ir.IRBuilder, columns: RowColumns, n: int, less: Less) -> None:
+    """Sort copy A in runs of INSERTION_RUN; an element moves left only past elements it
+    sorts strictly before (stable)."""
     if n < 2:
         return
+    row = columns.first
 
     def run(start):
         end = minimum(b, b.add(start, i64(INSERTION_RUN)), i64(n))
 
         def insert(i):
-            moving = b.load(b.gep(order, [i], source_etype=I32), typ=I32)
-            moving_at = b.zext(moving, I64)
+            moving = columns.raw(row, i)
+            moving_values = [to_compute(b, v, t) for v, t in zip(moving, columns.types)]
             hole = variable(b, i)
 
             def keeps_moving():
                 j = b.load(hole)
                 return short_circuit(b, b.icmp_signed(">", j, start),
-                                     lambda: less(moving_at, _position(b, order, b.sub(j, i64(1)))))
+                                     lambda: less(moving_values, columns.values(row, b.sub(j, i64(1)))))
 
             def shift():
                 j = b.load(hole)
-                previous = b.load(b.gep(order, [b.sub(j, i64(1))], source_etype=I32), typ=I32)
-                b.store(previous, b.gep(order, [j], source_etype=I32))
+                columns.put_raw(row, j, columns.raw(row, b.sub(j, i64(1))))
                 b.store(b.sub(j, i64(1)), hole)
 
             while_loop(b, keeps_moving, shift)
-            b.store(moving, b.gep(order, [b.load(hole)], source_etype=I32))
+            columns.put_raw(row, b.load(hole), moving)
 
         counted_loop(b, b.add(start, i64(1)), end, insert)
 
     counted_loop(b, i64(0), i64(n), run, INSERTION_RUN)
 
 
-def _merge_passes(b: ir.IRBuilder, first: ir.Value, second: ir.Value, n: int, less: Less) -> ir.Value:
-    """Merge sorted runs pairwise, doubling their width, between the two index arrays;
-    returns the array that holds the final order."""
+def _merge_passes(b: ir.IRBuilder, columns: RowColumns, n: int, less: Less) -> ir.Value:
+    """Merge sorted runs pairwise, doubling their width, from one copy into the other and
+    back; returns the copy that holds the sorted row. A right-run element goes first only
+    when it sorts strictly before the left-run element (stable)."""
     if n <= INSERTION_RUN:
-        return first
-    source = variable(b, first)
-    target = variable(b, second)
+        return columns.first
+    source = variable(b, columns.first)
+    target = variable(b, columns.second)
     width = variable(b, i64(INSERTION_RUN))
 
     def merge_level():
@@ -267,10 +273,9 @@ def _merge_passes(b: ir.IRBuilder, first: ir.Value, second: ir.Value, n: int, le
                 i, j = b.load(left), b.load(right)
                 from_right = short_circuit(b, b.icmp_signed("<", j, hi), lambda: short_circuit(
                     b, b.icmp_signed(">=", i, mid),
-                    lambda: less(_position(b, src, j), _position(b, src, i)), is_and=False))
+                    lambda: less(columns.values(src, j), columns.values(src, i)), is_and=False))
                 chosen = b.select(from_right, j, minimum(b, i, i64(n - 1)))
-                value = b.load(b.gep(src, [chosen], source_etype=I32), typ=I32)
-                b.store(value, b.gep(dst, [k], source_etype=I32))
+                columns.put_raw(dst, k, columns.raw(src, chosen))
                 b.store(b.add(j, b.zext(from_right, I64)), right)
                 b.store(b.add(i, b.zext(b.not_(from_right), I64)), left)
 
@@ -295,10 +300,6 @@ def _other_dims(shape: ArrayShape, dim: int) -> tuple:
     return tuple(1 if d == dim else n for d, n in enumerate(shape.dims))
 
 
-def _store(ke, ptr: ir.Value, shape: ArrayShape, index: tuple, value: ir.Value) -> None:
-    ke._store(ptr, shape, index, value)
-
-
 def _array_shapes(shape) -> list[ArrayShape]:
     return list(shape.elements) if isinstance(shape, TupleShape) else [shape]
 
@@ -313,68 +314,49 @@ def emit_sort(ke) -> None:
     shape: ArrayShape = operands[0].shape
     e, b = ke.e, ke.b
 
-    def values_at(row, position):
-        index = _with_position(row, dim, position)
-        return [e.value(op, index) for op in operands]
+    def less(lhs, rhs):
+        (result,) = e.scalar_computation(comparator, [v for pair in zip(lhs, rhs) for v in pair])
+        return result
 
-    def less_for_row(row):
-        def less(i, j):
-            e.push_scope()   # values loaded for one comparison are not visible to the next
-            lhs, rhs = values_at(row, i), values_at(row, j)
-            (result,) = e.scalar_computation(comparator, [v for pair in zip(lhs, rhs) for v in pair])
-            e.pop_scope()
-            return result
-        return less
+    def fill(row, j):
+        return [e.value(op, _with_position(row, dim, j)) for op in operands]
 
-    outputs = list(zip(output_pointers(ke), _array_shapes(ke.instr.shape), operands))
+    outputs = list(zip(output_pointers(ke), _array_shapes(ke.instr.shape)))
 
-    def write_row(row, position_of):
-        def gather(j):
-            e.push_scope()
-            source = position_of(j[0])
-            for ptr, out_shape, op in outputs:
-                index = _with_position(row, dim, j[0])
-                _store(ke, ptr, out_shape, index, e.value(op, _with_position(row, dim, source)))
-            e.pop_scope()
-        for_range(b, [shape.dims[dim]], gather)
+    def write_row(row, sorted_values):
+        def write(j):
+            index = _with_position(row, dim, j[0])
+            for (ptr, out_shape), value in zip(outputs, sorted_values(j[0])):
+                ke._store(ptr, out_shape, index, value)
+        for_range(b, [shape.dims[dim]], write)
 
-    emit_row_sorts(ke, _other_dims(shape, dim), shape.dims[dim], less_for_row, write_row)
+    emit_row_sorts(ke, _other_dims(shape, dim), shape.dims[dim], [op.shape.dtype for op in operands],
+                   fill, less, write_row)
 
 
 # --- topk and the TopK custom-call --------------------------------------------------------------
 
-def _emit_first_k(ke, operand: HloInstruction, less_of_values: Callable) -> None:
+def _emit_first_k(ke, operand: HloInstruction, less: Less) -> None:
     """Outputs (values, s32 indices) of the first k elements of each row (last dimension) in
-    the order less_of_values(value_i, index_i, value_j, index_j) -> i1 gives; k is the
-    outputs' last dimension. Stable: ties keep the lower index first."""
+    the order less([value, index], [value, index]) gives; k is the outputs' last dimension.
+    Stable: ties keep the lower index first."""
     e, b = ke.e, ke.b
     shape: ArrayShape = operand.shape
     dim = shape.rank - 1
     values_shape, indices_shape = ke.instr.shape.elements
-    k = values_shape.dims[-1]
-    values_ptr, indices_ptr = output_pointers(ke)
+    pointers = output_pointers(ke)
 
-    def less_for_row(row):
-        def less(i, j):
-            e.push_scope()
-            x = e.value(operand, _with_position(row, dim, i))
-            y = e.value(operand, _with_position(row, dim, j))
-            result = less_of_values(x, b.trunc(i, I32), y, b.trunc(j, I32))
-            e.pop_scope()
-            return result
-        return less
+    def fill(row, j):
+        return [e.value(operand, _with_position(row, dim, j)), b.trunc(j, I32)]
 
-    def write_row(row, position_of):
-        def take(j):
-            e.push_scope()
-            source = position_of(j[0])
+    def write_row(row, sorted_values):
+        def write(j):
             index = _with_position(row, dim, j[0])
-            _store(ke, values_ptr, values_shape, index, e.value(operand, _with_position(row, dim, source)))
-            _store(ke, indices_ptr, indices_shape, index, b.trunc(source, I32))
-            e.pop_scope()
-        for_range(b, [k], take)
+            for ptr, out_shape, value in zip(pointers, (values_shape, indices_shape), sorted_values(j[0])):
+                ke._store(ptr, out_shape, index, value)
+        for_range(b, [values_shape.dims[-1]], write)
 
-    emit_row_sorts(ke, _other_dims(shape, dim), shape.dims[dim], less_for_row, write_row)
+    emit_row_sorts(ke, _other_dims(shape, dim), shape.dims[dim], [shape.dtype, S32], fill, less, write_row)
 
 
 def emit_topk(ke) -> None:
@@ -386,7 +368,8 @@ def emit_topk(ke) -> None:
     b = ke.b
     direction = ">" if root.attrs.get("largest", True) else "<"
 
-    def less(x, _i, y, _j):
+    def less(lhs, rhs):
+        x, y = lhs[0], rhs[0]
         if t.is_float:
             return b.icmp_signed(direction, _total_order_key(b, x, t), _total_order_key(b, y, t))
         if t.is_signed:
@@ -404,8 +387,8 @@ def emit_topk_custom_call(ke) -> None:
     (comparator,) = root.attrs["called_computations"]
     takes_indices = len(comparator.parameters) == 4
 
-    def less(x, i, y, j):
-        args = [x, y, i, j] if takes_indices else [x, y]
+    def less(lhs, rhs):
+        args = [lhs[0], rhs[0], lhs[1], rhs[1]] if takes_indices else [lhs[0], rhs[0]]
         (result,) = ke.e.scalar_computation(comparator, args)
         return result
 

@@ -98,9 +98,10 @@ def _reduce_window(e: ElementalEmitter, instr, index):
         for acc, old, new in zip(accs, current, results):
             b.store(new if valid is None else b.select(valid, new, old), acc)
 
-    e.push_scope()
-    for_range(b, [w.size for w in window], body)
-    e.pop_scope()
+    if all(sizes):   # an empty input leaves every window to padding: the init values
+        e.push_scope()
+        for_range(b, [w.size for w in window], body)
+        e.pop_scope()
     results = [b.load(acc) for acc in accs]
     return results[0] if n == 1 else results
 

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 import scipy.special
 
@@ -543,7 +544,7 @@ def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> n
     bits = unsigned_bits(x)
     word = bits.dtype.type
     nbits = 8 * x.dtype.itemsize
-    src_mantissa = np.finfo(x.dtype).nmant
+    src_mantissa = ml_dtypes.finfo(x.dtype).nmant   # (np.finfo does not know bf16)
     src_exponent = nbits - 1 - src_mantissa
     sign_mask = 1 << (nbits - 1)
     exponent_mask = ((1 << src_exponent) - 1) << src_mantissa

@@ -186,7 +186,8 @@ def _rng_evaluate(instr, operands, ctx):
         raise NotImplementedError(f"rng-bit-generator algorithm={name} producing {width}-bit "
                                   f"{bits_shape.dtype} (XLA's generators make 32- and 64-bit words)")
     new_state, words = ALGORITHMS[name][0](np.asarray(state, np.uint64), bits_shape.dims, width)
-    return new_state, np.ascontiguousarray(words).view(bits_shape.dtype.np_dtype)
+    # (np.ascontiguousarray would make a rank-0 result 1-d)
+    return new_state, np.asarray(words, order="C").view(bits_shape.dtype.np_dtype)
 
 
 register(OpDef("rng-bit-generator", "opaque", _rng_shape, _rng_evaluate, arity=1,

@@ -14,30 +14,6 @@ from pyxla.hlo import parse_module
 CASES = corpus_case_dirs()
 
 REFUSED = {
-    ("cond_pred", "module"), ("cond_pred", "optimized"),
-    ("conv2d_nchw_dilated_padded", "module"), ("conv2d_nchw_dilated_padded", "optimized"),
-    ("conv2d_nhwc_stride_same", "module"), ("conv2d_nhwc_stride_same", "optimized"),
-    ("conv_depthwise_groups", "module"), ("conv_depthwise_groups", "optimized"),
-    ("conv_grad_input_and_kernel", "module"), ("conv_grad_input_and_kernel", "optimized"),
-    ("conv_transpose_and_1d", "module"), ("conv_transpose_and_1d", "optimized"),
-    ("cumulative_ops", "module"), ("cumulative_ops", "optimized"),
-    ("misc_opt_barrier_remat", "module"),
-    ("model_cnn_batchnorm", "module"), ("model_cnn_batchnorm", "optimized"),
-    ("model_rnn_scan", "module"), ("model_rnn_scan", "optimized"),
-    ("model_transformer_block", "optimized"),
-    ("reduce_sum_mean_axes", "optimized"),
-    ("reduce_window_pooling", "module"), ("reduce_window_pooling", "optimized"),
-    ("rng_bit_generator_rbg", "module"), ("rng_bit_generator_rbg", "optimized"),
-    ("rng_threefry_uniform_normal", "module"), ("rng_threefry_uniform_normal", "optimized"),
-    ("scan_running_stats", "module"), ("scan_running_stats", "optimized"),
-    ("select_and_scatter_maxpool_grad", "module"), ("select_and_scatter_maxpool_grad", "optimized"),
-    ("sort_argsort_stable", "module"), ("sort_argsort_stable", "optimized"),
-    ("sort_multi_operand", "module"), ("sort_multi_operand", "optimized"),
-    ("sort_top_k", "module"), ("sort_top_k", "optimized"),
-    ("sort_values_nan_zero", "module"), ("sort_values_nan_zero", "optimized"),
-    ("switch_index", "module"), ("switch_index", "optimized"),
-    ("while_fori_loop", "module"), ("while_fori_loop", "optimized"),
-    ("while_loop_dynamic", "module"), ("while_loop_dynamic", "optimized"),
 }
 
 

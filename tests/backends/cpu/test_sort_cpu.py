@@ -88,7 +88,7 @@ def test_sort_non_default_layout_and_unstable_flag(rng):
     assert_cpu_matches_interpreter(text, rng, [x], rtol=0, atol=0)
 
 
-def test_sort_long_rows_use_heap_scratch(rng):
+def test_sort_long_rows(rng):
     x = with_ties_and_specials(rng, (2, 9000), np.float32)
     got = assert_cpu_matches_interpreter(sort_module("f32", "2,9000", 1, how=TOTAL_ORDER), rng, [x], rtol=0, atol=0)
     assert np.all(np.diff(total_order_key(got[0]), axis=1) >= 0)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
+from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS
 from pyxla.hlo import parse_module
 
 from .differential import assert_cpu_matches_interpreter
@@ -287,11 +288,17 @@ ENTRY main {
 """
 
 
-def test_convolution_with_fused_epilogue(rng):
+def test_convolution_with_fused_epilogue(rng, monkeypatch):
+    """The bias and relu fuse into the convolution's kernel, which still calls BLAS."""
+    calls = []
+    kernel = OUTPUT_FUSION_KERNELS["convolution"]
+    monkeypatch.setitem(OUTPUT_FUSION_KERNELS, "convolution", lambda ke: calls.append(ke.instr) or kernel(ke))
     got = assert_cpu_matches_interpreter(CONV_EPILOGUE, rng, rtol=2e-5, atol=2e-5)
     assert got[0].min() == 0.0
+    assert [c.attrs["kind"] for c in calls] == ["kOutput"]
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")   # the evaluator's own 0 * inf
 def test_convolution_nan_in_padding_reach(rng):
     """Padding reads as zero and 0 * inf is NaN, as in the evaluator (and XLA's im2col)."""
     lhs, rhs, out = conv_shapes("b01f_01io->b01f", 1, 2, (5, 5), 4, "size=3x3 pad=1_1x1_1")
@@ -309,3 +316,14 @@ def test_zero_size_convolution(rng):
     got = get_backend("cpu").compile(module).run_flat([np.zeros((0, 5, 3), np.float32),
                                                         rng.standard_normal((3, 3, 4)).astype(np.float32)])
     assert got[0].shape == (0, 3, 4)
+
+
+def test_windows_over_an_empty_input_see_only_padding(rng):
+    """An empty spatial input with padding: every window is padding (init value, or zero)."""
+    pool = reduce_window_module("maximum", "f32", "3,0", "size=1x2 pad=0_0x1_2", "3,2")
+    got = assert_cpu_matches_interpreter(pool, rng, [np.zeros((3, 0), np.float32)])
+    assert np.all(got[0] == -np.inf)
+    lhs, rhs, out = conv_shapes("b0f_0io->b0f", 2, 3, (0,), 4, "size=2 pad=2_1")
+    got = assert_cpu_matches_interpreter(conv_module("f32", lhs, rhs, out, "size=2 pad=2_1", "b0f_0io->b0f"), rng,
+                                         [np.zeros(lhs, np.float32), rng.standard_normal(rhs).astype(np.float32)])
+    assert got[0].shape == out and np.all(got[0] == 0)
