@@ -13,8 +13,7 @@ from pyxla.hlo import parse_module
 
 CASES = corpus_case_dirs()
 
-REFUSED = {
-}
+REFUSED: set[tuple[str, str]] = set()   # every case compiles today
 
 
 @pytest.mark.parametrize("level", ["module", "optimized"])
