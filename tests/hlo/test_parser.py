@@ -71,17 +71,6 @@ def test_corpus_file_parses_into_the_structure_of_its_text(case_dir, level):
                 assert literal.dtype == instr.shape.dtype.np_dtype
 
 
-def test_the_largest_corpus_file_parses_well_under_a_second():
-    path = max(CORPUS.glob("*/*.hlo"), key=lambda p: p.stat().st_size)
-    text = path.read_text()
-    times = []
-    for _ in range(3):    # the best of three, so a busy machine does not fail the test
-        start = time.perf_counter()
-        parse_module(text)
-        times.append(time.perf_counter() - start)
-    assert min(times) < 0.5, (path, times)
-
-
 def test_root_is_the_instruction_marked_root():
     module = _parse("misc_constants_literals")
     assert module.entry.root.name == "tuple.1"

@@ -28,7 +28,8 @@ def random_arguments(module, rng) -> list[np.ndarray]:
     return args
 
 
-def assert_same_values(before, after, rng, trials: int = 3, rtol: float = 1e-6, make_args=random_arguments) -> None:
+def assert_same_values(before, after, rng, trials: int = 3, rtol: float = 1e-6, make_args=random_arguments,
+                       atol: float = 1e-12) -> None:
     for _ in range(trials):
         args = make_args(before, rng)
         want = flatten_result(evaluate_module(before, args))
@@ -37,7 +38,7 @@ def assert_same_values(before, after, rng, trials: int = 3, rtol: float = 1e-6, 
         for w, g in zip(want, got):
             assert w.shape == g.shape and w.dtype == g.dtype
             if w.dtype.kind == "f" or w.dtype.name == "bfloat16":
-                np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=1e-12,
+                np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
                                            equal_nan=True)
             else:
                 np.testing.assert_array_equal(g, w)

@@ -81,7 +81,8 @@ def test_expansion_removes_op_and_keeps_values(opcode, rng):
     run_pipeline(after, [batch_norm_expander], verify=True)
     assert entry_opcodes(after)[opcode] == 0
     assert entry_opcodes(after)["rsqrt"] == 1
-    assert_same_values(before, after, rng, rtol=1e-4, make_args=_args)
+    # the gradient sums cancel: near-zero results carry f32 rounding of the large terms
+    assert_same_values(before, after, rng, rtol=1e-4, make_args=_args, atol=1e-4)
 
 
 def test_logistic_expander(rng):
