@@ -1,6 +1,5 @@
 """The HLO text parser: every corpus file at both levels, and the structure it builds."""
 import re
-import time
 
 import ml_dtypes
 import numpy as np
