@@ -13,6 +13,24 @@ max {
 }
 """
 
+# argmax as JAX emits it: (value, index) pairs, ties to the lower index
+ARGMAX_REDUCER = """
+argmax {
+  v0 = f32[] parameter(0)
+  i0 = s32[] parameter(1)
+  v1 = f32[] parameter(2)
+  i1 = s32[] parameter(3)
+  gt = pred[] compare(v0, v1), direction=GT
+  eq = pred[] compare(v0, v1), direction=EQ
+  lt = pred[] compare(i0, i1), direction=LT
+  tie = pred[] and(eq, lt)
+  keep = pred[] or(gt, tie)
+  v = f32[] select(keep, v0, v1)
+  i = s32[] select(keep, i0, i1)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+"""
+
 SUM_OF_FMA = f"""
 HloModule sum_fma
 {REDUCERS}

@@ -8,6 +8,7 @@ from pyxla.passes.pipeline import run_pipeline
 
 from ..passes.hlo_checks import assert_same_values
 from . import programs
+from .programs import ARGMAX_REDUCER
 
 
 def fused(text: str, policy: FusionPolicy | None = None):
@@ -125,31 +126,18 @@ def test_log_gives_reasons(monkeypatch, capsys):
 
 
 def test_argmax_reduction_fuses_its_producers(rng):
-    text = """
+    text = f"""
 HloModule argmax
-argmax {
-  v0 = f32[] parameter(0)
-  i0 = s32[] parameter(1)
-  v1 = f32[] parameter(2)
-  i1 = s32[] parameter(3)
-  gt = pred[] compare(v0, v1), direction=GT
-  eq = pred[] compare(v0, v1), direction=EQ
-  lt = pred[] compare(i0, i1), direction=LT
-  tie = pred[] and(eq, lt)
-  keep = pred[] or(gt, tie)
-  v = f32[] select(keep, v0, v1)
-  i = s32[] select(keep, i0, i1)
-  ROOT t = (f32[], s32[]) tuple(v, i)
-}
-ENTRY main {
+{ARGMAX_REDUCER}
+ENTRY main {{
   x = f32[8,50] parameter(0)
   e = f32[8,50] exponential(x)
   idx = s32[8,50] iota(), iota_dimension=1
   ninf = f32[] constant(-inf)
   zero = s32[] constant(0)
-  am = (f32[8], s32[8]) reduce(e, idx, ninf, zero), dimensions={1}, to_apply=argmax
+  am = (f32[8], s32[8]) reduce(e, idx, ninf, zero), dimensions={{1}}, to_apply=argmax
   ROOT index = s32[8] get-tuple-element(am), index=1
-}
+}}
 """
     module = fused(text)
     ks = kernels(module.entry)

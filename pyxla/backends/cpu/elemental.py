@@ -360,15 +360,6 @@ def convert(e: ElementalEmitter, x, src: ElementType, dst: ElementType):
     return x
 
 
-def _bitcast_convert(e: ElementalEmitter, instr, index):
-    src, dst = etype(instr.operands[0]), etype(instr)
-    if src.bits != dst.bits or src.bits == 16 or src.is_pred or dst.is_pred:
-        raise Unsupported(f"the CPU backend cannot emit bitcast-convert {src} -> {dst} yet")
-    return e.b.bitcast(e.operand(instr, 0, index), compute_type(dst))
-
-
-# --- data movement: index arithmetic --------------------------------------------------------------
-
 def linear_index(b: ir.IRBuilder, index: tuple, dims: tuple, minor_to_major: tuple) -> ir.Value:
     """The offset of `index` in a buffer of `dims` laid out minor_to_major."""
     offset = i64(0)
@@ -487,23 +478,6 @@ def _concatenate(e, instr, index):
     return result
 
 
-def _dynamic_slice(e, instr, index):
-    b = e.b
-    operand = instr.operands[0].shape
-    sizes = instr.attrs["dynamic_slice_sizes"]
-    src = []
-    for d, (i, size, n) in enumerate(zip(index, sizes, operand.dims)):
-        start_t = etype(instr.operands[1 + d])
-        start = e.value(instr.operands[1 + d], ())
-        start = b.sext(start, I64) if start_t.is_signed and start.type.width < 64 else \
-            (b.zext(start, I64) if start.type.width < 64 else start)
-        start = _clamp_index(b, start, n - size + 1)
-        src.append(b.add(i, start))
-    return e.operand(instr, 0, tuple(src))
-
-
-# --- reductions inside a kernel --------------------------------------------------------------------
-
 def _reduce(e: ElementalEmitter, instr, index):
     """Reduce one output element: a loop over the reduced dimensions, folding in order."""
     results = emit_reduction_loop(e, instr, index)
@@ -607,7 +581,6 @@ RULES: dict[str, Callable] = {
     "select": _select,
     "clamp": _clamp,
     "convert": _convert,
-    "bitcast-convert": _bitcast_convert,
     "broadcast": _broadcast,
     "reshape": _reshape,
     "bitcast": _bitcast,
@@ -617,7 +590,6 @@ RULES: dict[str, Callable] = {
     "copy": _copy,
     "pad": _pad,
     "concatenate": _concatenate,
-    "dynamic-slice": _dynamic_slice,
     "reduce": _reduce,
     "get-tuple-element": _get_tuple_element,
 }

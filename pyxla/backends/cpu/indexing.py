@@ -251,7 +251,7 @@ def emit_identity_custom_call(ke) -> None:
 
 
 RULES["gather"] = _gather
-RULES["dynamic-slice"] = _dynamic_slice   # (replaces elemental.py's, which reads u64 starts as signed)
+RULES["dynamic-slice"] = _dynamic_slice
 KERNELS["dynamic-update-slice"] = emit_dynamic_update_slice
 KERNELS["scatter"] = emit_scatter
 for _target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"):

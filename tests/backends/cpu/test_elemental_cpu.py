@@ -6,6 +6,7 @@ import pytest
 from pyxla.backends import get_backend
 from pyxla.hlo import parse_module
 
+from ...fusion.programs import ARGMAX_REDUCER
 from .differential import assert_cpu_matches_interpreter
 
 SHAPES = ["37", "1", "0", "5,13", "3,1,9"]
@@ -150,40 +151,27 @@ ENTRY main {
 
 
 def test_reductions_rows_columns_and_argmax(rng):
-    text = """
+    text = f"""
 HloModule reductions
-add {
+add {{
   a = f32[] parameter(0)
   b = f32[] parameter(1)
   ROOT s = f32[] add(a, b)
-}
-argmax {
-  v0 = f32[] parameter(0)
-  i0 = s32[] parameter(1)
-  v1 = f32[] parameter(2)
-  i1 = s32[] parameter(3)
-  gt = pred[] compare(v0, v1), direction=GT
-  eq = pred[] compare(v0, v1), direction=EQ
-  lt = pred[] compare(i0, i1), direction=LT
-  tie = pred[] and(eq, lt)
-  keep = pred[] or(gt, tie)
-  v = f32[] select(keep, v0, v1)
-  i = s32[] select(keep, i0, i1)
-  ROOT t = (f32[], s32[]) tuple(v, i)
-}
-ENTRY main {
+}}
+{ARGMAX_REDUCER}
+ENTRY main {{
   x = f32[13,31] parameter(0)
   z = f32[] constant(0)
-  rows = f32[13] reduce(x, z), dimensions={1}, to_apply=add
-  cols = f32[31] reduce(x, z), dimensions={0}, to_apply=add
-  all = f32[] reduce(x, z), dimensions={0,1}, to_apply=add
+  rows = f32[13] reduce(x, z), dimensions={{1}}, to_apply=add
+  cols = f32[31] reduce(x, z), dimensions={{0}}, to_apply=add
+  all = f32[] reduce(x, z), dimensions={{0,1}}, to_apply=add
   idx = s32[13,31] iota(), iota_dimension=1
   ninf = f32[] constant(-inf)
   zi = s32[] constant(0)
-  am = (f32[13], s32[13]) reduce(x, idx, ninf, zi), dimensions={1}, to_apply=argmax
+  am = (f32[13], s32[13]) reduce(x, idx, ninf, zi), dimensions={{1}}, to_apply=argmax
   ai = s32[13] get-tuple-element(am), index=1
   ROOT out = (f32[13], f32[31], f32[], s32[13]) tuple(rows, cols, all, ai)
-}
+}}
 """
     x = rng.standard_normal((13, 31)).astype(np.float32)
     x[2, 5] = x[2, 9] = 100.0   # a tie goes to the lower index
