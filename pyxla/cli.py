@@ -1,6 +1,6 @@
 """The `pyxla` command: run, fmt and check HLO programs.
 
-    pyxla run MODULE.hlo --inputs IN.npz [--out OUT.npz] [--backend interpreter] [--quiet]
+    pyxla run MODULE.hlo --inputs IN.npz [--out OUT.npz] [--backend cpu|interpreter] [--quiet]
     pyxla fmt MODULE.hlo
     pyxla check CORPUS_DIR [--backend NAME] [--level module|optimized|both]
     pyxla opt MODULE.hlo [--passes p1,p2,...] | pyxla opt --list
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("module")
     run.add_argument("--inputs", help=".npz with arg0..argN")
     run.add_argument("--out", help="write outputs to this .npz (out0..outM)")
-    run.add_argument("--backend", default="interpreter", choices=available_backends())
+    run.add_argument("--backend", default="cpu", choices=available_backends())
     run.add_argument("--quiet", action="store_true")
     run.set_defaults(func=cmd_run)
 
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="run a conformance corpus and compare with its outputs")
     check.add_argument("corpus")
-    check.add_argument("--backend", default="interpreter", choices=available_backends())
+    check.add_argument("--backend", default="cpu", choices=available_backends())
     check.add_argument("--level", default="both", choices=["module", "optimized", "both"])
     check.set_defaults(func=cmd_check)
     return parser

@@ -30,7 +30,7 @@ from ..runtime.analysis import cost_analysis, memory_analysis
 from .pytree import PyTreeDef, tree_flatten, tree_unflatten
 from .tracing import Trace, Tracer
 
-_DEFAULTS = {"backend": "interpreter"}
+_DEFAULTS = {"backend": "cpu"}
 
 
 def set_default_backend(name: str) -> None:

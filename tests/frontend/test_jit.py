@@ -175,8 +175,8 @@ def test_unknown_backend_rejected():
         pyxla.jit(scaled_exp, backend="tpu")
 
 
-def test_default_backend_is_interpreter_and_settable():
-    assert pyxla.default_backend() == "interpreter"
+def test_default_backend_is_cpu_and_settable():
+    assert pyxla.default_backend() == "cpu"
     with pytest.raises(ValueError):
         pyxla.set_default_backend("nope")
 

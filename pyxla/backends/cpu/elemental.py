@@ -246,6 +246,8 @@ def _binary(e: ElementalEmitter, instr, index):
             return _integer_division(b, op, x, y, t)
         if op in ("shift-left", "shift-right-logical", "shift-right-arithmetic"):
             return _shift(b, op, x, y, t)
+        if op == "power":
+            return _integer_power(b, x, y, t)
     raise Unsupported(f"the CPU backend cannot emit {op} on {t}")
 
 
@@ -267,6 +269,22 @@ def _integer_division(b: ir.IRBuilder, op: str, x, y, t: ElementType):
     if op == "divide":
         return b.select(by_zero, _const(ty, -1), b.udiv(x, safe_y))
     return b.select(by_zero, x, b.urem(x, safe_y))
+
+
+def _integer_power(b: ir.IRBuilder, x, y, t: ElementType):
+    """XLA's EmitIntegerPow: six square-and-multiply steps (exponent bits above the sixth
+    are ignored), wrapping products; an exponent negative as a signed number gives 1 for
+    base 1 and 0 otherwise."""
+    ty = compute_type(t)
+    one = _const(ty, 1)
+    acc, power, bits = one, x, y
+    for _ in range(6):
+        odd = b.trunc(b.and_(bits, one), ir.IntType(1))
+        acc = b.select(odd, b.mul(acc, power), acc)
+        power, bits = b.mul(power, power), b.lshr(bits, one)
+    negative = b.icmp_signed("<", y, _const(ty, 0))
+    base_is_one = b.zext(b.icmp_unsigned("==", x, one), ty)
+    return b.select(negative, base_is_one, acc)
 
 
 def _shift(b: ir.IRBuilder, op: str, x, y, t: ElementType):

@@ -93,6 +93,16 @@ def test_integer_binary_edges(op, dtype, rng):
     assert_cpu_matches_interpreter(binary(op, dtype, "64"), rng, [x, y])
 
 
+@pytest.mark.parametrize("dtype,np_dtype", [("s8", np.int8), ("s32", np.int32), ("u16", np.uint16),
+                                            ("s64", np.int64)])
+def test_integer_power(dtype, np_dtype, rng):
+    """Square-and-multiply with wrapping products; negative exponents give 0 (1 for base 1)."""
+    x = rng.integers(-4 if dtype[0] == "s" else 0, 5, 80).astype(np_dtype)
+    y = rng.integers(-3 if dtype[0] == "s" else 0, 70, 80).astype(np_dtype)
+    x[:4], y[:4] = [1, 2, 3, 0], [np_dtype(-1) if dtype[0] == "s" else 0, 63, 64, 0]
+    assert_cpu_matches_interpreter(binary("power", dtype, "80"), rng, [x, y], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
 @pytest.mark.parametrize("dtype,kind", [("f32", None), ("f32", "TOTALORDER"), ("s32", None), ("u8", None)])
 def test_compare(direction, dtype, kind, rng):
