@@ -86,6 +86,19 @@ class Compiled:
         self._split = split_args
         self.compile_seconds = compile_seconds
         self._single_output = out_tree.kind == "leaf"
+        self.fast_call = self._fast_call_path()
+
+    def _fast_call_path(self) -> Callable[[tuple], Any]:
+        """`call(arrays)` for a tuple of C-contiguous NumPy arrays, one per parameter, of
+        this signature: the shortest path the executable offers."""
+        ex = self.executable
+        run = ex.run_unchecked
+        if getattr(ex, "params_are_row_major", False):
+            run = ex.run_physical    # the arrays' own bytes are the parameters' layouts
+        if self._single_output:
+            return lambda arrays: run(arrays)[0]
+        return self.call_flat if run == ex.run_unchecked else (
+            lambda arrays: tree_unflatten(self.out_tree, run(arrays)))
 
     def as_text(self) -> str:
         """The module as it runs: optimised, fused and scheduled."""
@@ -158,7 +171,7 @@ class Jitted:
         self.static_argnames = set(names) | {positional[i] for i in self.static_argnums if i < len(positional)}
         self.donate_argnums = _normalize_static(donate_argnums)
         self._cache: dict[tuple, Compiled] = {}
-        self._fast_cache: dict[tuple, Compiled] = {}   # (shape, dtype) per positional array
+        self._fast_cache: dict[tuple, Compiled] = {}   # (type, shape, strides, dtype) per positional array
         self._positional_arrays_only = not self.static_argnums and not self.static_argnames
         self.trace_count = 0
         functools.update_wrapper(self, fn)
@@ -223,18 +236,19 @@ class Jitted:
         return self._trace(static_key, leaves, in_tree)
 
     def __call__(self, *args, **kwargs) -> Any:
-        # Fast path: positional arrays only, a signature seen before: one dict lookup.
+        # Fast path: positional C-contiguous NumPy arrays of a signature seen before: one dict
+        # lookup, then the executable. The strides in the key tell contiguous arrays apart
+        # from views of the same shape; the type keeps NumPy scalars and subclasses out.
+        fast_key = None
         if not kwargs and self._positional_arrays_only:
             try:
-                fast_key = tuple((a.shape, a.dtype) for a in args)
+                fast_key = tuple([(type(a), a.shape, a.strides, a.dtype) for a in args])
             except AttributeError:
-                fast_key = None
-            if fast_key is not None and all(isinstance(a, np.ndarray) for a in args):
+                pass
+            else:
                 compiled = self._fast_cache.get(fast_key)
                 if compiled is not None:
-                    return compiled.call_flat(args)
-        else:
-            fast_key = None
+                    return compiled.fast_call(args)
         static_key, leaves, in_tree = self._split_args(args, kwargs)
         key = self._key(static_key, leaves, in_tree)
         compiled = self._cache.get(key)
@@ -243,7 +257,7 @@ class Jitted:
                 print(f"pyxla: compiling {self.fn.__name__}: {self._miss_reason(key)}", file=sys.stderr)
             compiled = self._trace(static_key, leaves, in_tree).compile()
             self._cache[key] = compiled
-        if fast_key is not None and all(isinstance(a, np.ndarray) for a in args):
+        if fast_key is not None and all(type(a) is np.ndarray and a.flags.c_contiguous for a in args):
             self._fast_cache[fast_key] = compiled
         return compiled.call_flat([a for a, _ in leaves])
 

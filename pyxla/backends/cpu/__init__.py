@@ -9,6 +9,7 @@ next to the module dumps.
 """
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from . import bits, convolution, indexing, rng, sorting, windows  # noqa: F401  
 from .codegen import ModuleCodegen
 from .executable import CpuExecutable
 from .llvm_jit import host_jit
+
+
+_module_numbers = itertools.count()
 
 
 class CpuBackend:
@@ -32,10 +36,11 @@ class CpuBackend:
             compiled = compile_module(module.clone(), donated=donated)
         module, buffers = compiled.module, compiled.buffers
         codegen = ModuleCodegen(module, buffers)
+        codegen.entry_name = f"entry_{next(_module_numbers)}"   # unique among the process's JIT modules
         ir_text = codegen.emit()
         jit = host_jit()
         dump = os.environ.get("PYXLA_DUMP")
-        result = jit.compile(ir_text, want_assembly=bool(dump))
+        result = jit.compile(ir_text, want_assembly=bool(dump), functions=(codegen.entry_name,))
         if dump:
             folder = Path(dump) / module.name
             folder.mkdir(parents=True, exist_ok=True)
@@ -43,7 +48,8 @@ class CpuBackend:
             (folder / "llvm-ir.optimized.ll").write_text(result.optimised_ir)
             (folder / "assembly.s").write_text(result.assembly or "")
         sizes = [b.size for b in codegen.output_buffers]
-        return CpuExecutable(module, jit.address("entry"), codegen.outputs, sizes, codegen.arena_size, jit)
+        return CpuExecutable(module, result.addresses[codegen.entry_name], codegen.outputs, sizes,
+                             codegen.arena_size, jit)
 
 
 BACKEND = CpuBackend()

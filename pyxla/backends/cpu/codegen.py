@@ -76,6 +76,7 @@ class ModuleCodegen:
     """The LLVM module of one HLO module. `buffers` is the buffer assignment of the computation
     whose kernels are being emitted (the entry's outside of emission); `arena_size` is known
     after emit()."""
+    entry_name = "entry"   # the native entry function's symbol; the backend makes it unique
 
     def __init__(self, module: HloModule, buffers: BufferAssignment):
         self.hlo = module
@@ -149,7 +150,7 @@ class ModuleCodegen:
 
     # --- the entry function ---------------------------------------------------------------------
     def emit(self) -> str:
-        fn = ir.Function(self.ir, ir.FunctionType(VOID, [PTR, PTR, PTR]), name="entry")
+        fn = ir.Function(self.ir, ir.FunctionType(VOID, [PTR, PTR, PTR]), name=self.entry_name)
         params, outs, arena = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         saved = self._set_mxcsr(b)

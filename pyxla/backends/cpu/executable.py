@@ -1,12 +1,18 @@
 """A compiled CPU executable: native code plus the plan for its buffers.
 
-A call checks the arguments, lays them out as the parameters' layouts say, allocates the
-output buffers and a fresh arena (so concurrent calls from several threads do not share
-memory), makes one foreign call, and returns the outputs as NumPy arrays the caller owns.
+A call checks the arguments, lays them out as the parameters' layouts say, takes output
+buffers and an arena, makes one foreign call (call_shim.py), and returns the outputs as
+NumPy arrays the caller owns.
+
+Memory is reused rather than allocated fresh on each call, because fresh large buffers cost
+a page fault per 4 KiB page on first touch (for a 64 MiB result, about as long as the
+kernel): an arena goes back to a free list after the call (a call from another thread at
+the same time takes another one), and a large output buffer is handed out again once the
+caller has dropped every reference to the array it got (see `ReusedBuffer`).
 """
 from __future__ import annotations
 
-import ctypes
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -14,9 +20,11 @@ import numpy as np
 from ...hlo.evaluator import check_arguments, flatten_result
 from ...hlo.module import HloModule
 from ...hlo.shape import ArrayShape, TupleShape
+from .call_shim import entry_caller
 from .codegen import OutputSlot
 
-ENTRY_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+ARENA_ALIGNMENT = 64               # the buffer plan places values at multiples of this
+REUSED_OUTPUT_BYTES = 1 << 20      # outputs at least this big are reused once the caller drops them
 
 
 def to_physical(arr: np.ndarray, shape: ArrayShape) -> np.ndarray:
@@ -35,21 +43,43 @@ def from_physical(raw: np.ndarray, shape: ArrayShape) -> np.ndarray:
     return physical.transpose(np.argsort(major_to_minor))
 
 
+class ReusedBuffer:
+    """Output buffers of one shape handed out again once nobody holds them.
+
+    The list keeps one reference to each buffer; a buffer whose reference count shows no
+    other holder (no array the caller kept, no view of it) is free. The reference that the
+    checking loop itself holds is taken before the count is read, so two threads never both
+    see the same buffer as free."""
+    KEEP = 2
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype = shape, dtype
+        self.buffers: list[np.ndarray] = []
+
+    def take(self) -> np.ndarray:
+        for buffer in self.buffers:
+            if sys.getrefcount(buffer) == 3:   # the list, `buffer` and getrefcount's argument
+                return buffer
+        fresh = np.empty(self.shape, self.dtype)
+        if len(self.buffers) < self.KEEP:
+            self.buffers.append(fresh)
+        return fresh
+
+
 class CpuExecutable:
     def __init__(self, module: HloModule, address: int, outputs: list[OutputSlot], output_sizes: list[int],
                  arena_size: int, keepalive: Any):
         self.module = module
-        self._fn = ENTRY_SIGNATURE(address)
+        self._call = entry_caller(address)
         self.outputs = outputs
         self.output_sizes = output_sizes
         self.arena_size = arena_size
         self._keepalive = keepalive   # the JIT must outlive the function pointer
         self._root_shape = module.entry.root.shape
         self._params = module.entry.parameters
-        self._param_ptrs_type = ctypes.c_void_p * max(1, len(self._params))
-        self._out_ptrs_type = ctypes.c_void_p * max(1, len(output_sizes))
         self._row_major = [isinstance(p.shape, ArrayShape) and
                            p.shape.minor_to_major == tuple(range(p.shape.rank - 1, -1, -1)) for p in self._params]
+        self.params_are_row_major = all(self._row_major)
         # An output that is a whole row-major buffer is allocated as the array the caller gets.
         self._direct = [slot.kind == "buffer" and slot.offset == 0 and slot.shape.byte_size == output_sizes[slot.index]
                         and slot.shape.minor_to_major == tuple(range(slot.shape.rank - 1, -1, -1))
@@ -59,6 +89,11 @@ class CpuExecutable:
         for slot, direct in zip(outputs, self._direct):
             if direct:
                 self._allocations[slot.index] = (slot.shape.dims, slot.shape.dtype.np_dtype)
+        self._takers = [ReusedBuffer(shape, dtype).take if np.prod(shape) * dtype.itemsize >= REUSED_OUTPUT_BYTES
+                        else (lambda shape=shape, dtype=dtype: np.empty(shape, dtype))
+                        for shape, dtype in self._allocations]
+        self._all_direct = all(self._direct) and [slot.index for slot in outputs] == list(range(len(output_sizes)))
+        self._free_arenas: list[tuple[np.ndarray, int]] = []
 
     def _single_use(self, slot: OutputSlot) -> bool:
         return sum(1 for s in self.outputs if s.kind == "buffer" and s.index == slot.index) == 1
@@ -70,22 +105,31 @@ class CpuExecutable:
     def run_unchecked(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already known to have the parameters' shapes and dtypes (jit's cache
         key guarantees it): the per-call path, kept short."""
-        physical = [a if (fast and a.flags.c_contiguous) else to_physical(a, p.shape)
-                    for a, p, fast in zip(arrays, self._params, self._row_major)]
-        param_ptrs = self._param_ptrs_type(*[a.ctypes.data for a in physical])
-        out_raw = [np.empty(shape, dtype) for shape, dtype in self._allocations]
-        out_ptrs = self._out_ptrs_type(*[o.ctypes.data for o in out_raw])
-        arena_ptr = None
+        physical = tuple(a if (fast and a.flags.c_contiguous) else to_physical(a, p.shape)
+                         for a, p, fast in zip(arrays, self._params, self._row_major))
+        return self.run_physical(physical, arrays)
+
+    def run_physical(self, physical: tuple, arrays: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Run on a tuple of C-contiguous arrays in the parameters' physical layouts."""
+        out_raw = tuple([take() for take in self._takers])
         if self.arena_size:
-            arena = np.empty(self.arena_size + 64, np.uint8)
-            arena_ptr = arena.ctypes.data + (-arena.ctypes.data % 64)   # 64-byte aligned, as the plan assumes
-        self._fn(ctypes.addressof(param_ptrs), ctypes.addressof(out_ptrs), arena_ptr)
+            try:
+                arena = self._free_arenas.pop()
+            except IndexError:
+                raw = np.empty(self.arena_size + ARENA_ALIGNMENT, np.uint8)
+                arena = (raw, raw.ctypes.data + (-raw.ctypes.data % ARENA_ALIGNMENT))
+            self._call(physical, out_raw, arena[1])
+            self._free_arenas.append(arena)
+        else:
+            self._call(physical, out_raw, None)
+        if self._all_direct:
+            return list(out_raw)
         results = []
         for slot, direct in zip(self.outputs, self._direct):
             if direct:
                 results.append(out_raw[slot.index])
             elif slot.kind == "parameter":
-                results.append(np.array(arrays[slot.index], copy=True))
+                results.append(np.array((arrays or physical)[slot.index], copy=True))
             elif slot.kind == "constant":
                 results.append(np.array(slot.literal, dtype=slot.shape.dtype.np_dtype, copy=True))
             else:

@@ -29,6 +29,7 @@ def _initialise() -> None:
 class CompiledIr:
     optimised_ir: str
     assembly: str | None
+    addresses: dict[str, int]    # of the functions asked for by name
 
 
 class LlvmJit:
@@ -50,7 +51,9 @@ class LlvmJit:
         pm = pb.getModulePassManager()
         pm.run(module, pb)
 
-    def compile(self, ir_text: str, want_assembly: bool = False) -> CompiledIr:
+    def compile(self, ir_text: str, want_assembly: bool = False, functions: tuple[str, ...] = ()) -> CompiledIr:
+        """Optimise and load a module; the addresses of `functions` are resolved under the
+        engine's lock, so a module another thread adds at the same time cannot shadow them."""
         module = llvm.parse_assembly(ir_text)
         module.verify()
         self.optimise(module)
@@ -59,10 +62,8 @@ class LlvmJit:
         with _lock:
             self.engine.add_module(module)
             self.engine.finalize_object()
-        return CompiledIr(optimised, assembly)
-
-    def address(self, name: str) -> int:
-        return self.engine.get_function_address(name)
+            addresses = {name: self.engine.get_function_address(name) for name in functions}
+        return CompiledIr(optimised, assembly, addresses)
 
 
 _jit: LlvmJit | None = None

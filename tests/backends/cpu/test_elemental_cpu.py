@@ -1,5 +1,7 @@
 """Every elementwise opcode, and fused chains of them, on the CPU backend against the evaluator:
 several dtypes, odd sizes that leave vector tails, size-1 and zero-size dimensions."""
+import re
+
 import numpy as np
 import pytest
 
@@ -220,6 +222,6 @@ def test_dump_writes_llvm_ir_and_assembly(tmp_path, monkeypatch):
     monkeypatch.setenv("PYXLA_DUMP", str(tmp_path))
     get_backend("cpu").compile(parse_module(unary("exponential", "f32", "8")))
     folder = tmp_path / "u"
-    assert "define void @\"entry\"" in (folder / "llvm-ir.ll").read_text()
+    assert re.search(r"define void @\"entry_\d+\"", (folder / "llvm-ir.ll").read_text())
     assert "entry" in (folder / "llvm-ir.optimized.ll").read_text()
     assert (folder / "assembly.s").read_text().strip()
