@@ -19,7 +19,7 @@ import llvmlite.ir as ir
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
-from .fast_math import FAST_F32
+from .fast_math import fast_binary, fast_unary
 from .ir_types import F32, F64, I1, I64, compute_type, i64, storage_type, to_compute, to_storage
 
 
@@ -27,30 +27,21 @@ class Unsupported(NotImplementedError):
     """The CPU backend cannot emit this instruction (yet)."""
 
 
-# float opcode -> (LLVM intrinsic, libm name for f32, libm name for f64); intrinsics first
+# float opcode -> (LLVM intrinsic, libm name for f32, libm name for f64); intrinsics first.
+# Transcendentals with an inline form (fast_math.py) are emitted by it instead.
 FLOAT_UNARY_CALLS = {
-    "exponential": ("llvm.exp", None, None),
-    "log": ("llvm.log", None, None),
-    "sine": ("llvm.sin", None, None),
-    "cosine": ("llvm.cos", None, None),
     "sqrt": ("llvm.sqrt", None, None),
     "floor": ("llvm.floor", None, None),
     "ceil": ("llvm.ceil", None, None),
     "round-nearest-afz": ("llvm.round", None, None),
     "round-nearest-even": ("llvm.roundeven", None, None),
     "abs": ("llvm.fabs", None, None),
-    "tanh": (None, "tanhf", "tanh"),
-    "exponential-minus-one": (None, "expm1f", "expm1"),
-    "log-plus-one": (None, "log1pf", "log1p"),
-    "erf": (None, "erff", "erf"),
-    "tan": (None, "tanf", "tan"),
     "cbrt": (None, "cbrtf", "cbrt"),
 }
 FLOAT_BINARY_CALLS = {
     "power": ("llvm.pow", None, None),
     "maximum": ("llvm.maximum", None, None),
     "minimum": ("llvm.minimum", None, None),
-    "atan2": (None, "atan2f", "atan2"),
     "remainder": (None, "fmodf", "fmod"),
 }
 COMPARE_FLOAT = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
@@ -176,17 +167,15 @@ def _unary(e: ElementalEmitter, instr, index):
     op = instr.opcode
     ty = compute_type(t)
     if t.is_float:
-        if ty == F32 and op in FAST_F32:
-            return FAST_F32[op](e, x)
+        fast = fast_unary(op, ty)
+        if fast:
+            return fast(e, x)
         if op in FLOAT_UNARY_CALLS:
             return e.float_call(FLOAT_UNARY_CALLS, op, ty, [x])
         if op == "negate":
             return b.fneg(x)
         if op == "rsqrt":
             return b.fdiv(_const(ty, 1.0), e.intrinsic("llvm.sqrt", ty, [x]))
-        if op == "logistic":
-            one = _const(ty, 1.0)
-            return b.fdiv(one, b.fadd(one, e.intrinsic("llvm.exp", ty, [b.fneg(x)])))
         if op == "sign":
             zero = _const(ty, 0.0)
             sign = e.intrinsic("llvm.copysign", ty, [_const(ty, 1.0), x])
@@ -227,6 +216,9 @@ def _binary(e: ElementalEmitter, instr, index):
         simple = {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul, "divide": b.fdiv}
         if op in simple:
             return simple[op](x, y)
+        fast = fast_binary(op, ty)
+        if fast:
+            return fast(e, x, y)
         if op in FLOAT_BINARY_CALLS:
             return e.float_call(FLOAT_BINARY_CALLS, op, ty, [x, y])
     elif t.is_pred:
