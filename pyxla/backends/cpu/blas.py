@@ -7,7 +7,8 @@ from functools import lru_cache
 
 import llvmlite.ir as ir
 
-from .ir_types import F32, F64, I8, I32, PTR, VOID, i64
+from .ir_types import F32, F64, I8, I32, PTR, VOID, FunctionPointer, i64
+from .parallel import emit_yield_cores
 
 _get_name = ctypes.pythonapi.PyCapsule_GetName
 _get_name.restype = ctypes.c_char_p
@@ -43,16 +44,5 @@ def emit_gemm(b: ir.IRBuilder, dtype_name: str, c_ptr, a_ptr, b_ptr, m: int, n: 
     ldb = n if not b_transposed else k
     args = [trans_b, trans_a, cell(I32, n), cell(I32, m), cell(I32, k), cell(scalar, 1.0),
             b_ptr, cell(I32, ldb), a_ptr, cell(I32, lda), cell(scalar, beta), c_ptr, cell(I32, n)]
+    emit_yield_cores(b)   # BLAS runs threads of its own: pyxla's workers sleep rather than spin against them
     b.call(FunctionPointer(fn, fnty), args)
-
-
-class FunctionPointer(ir.values.Value):
-    """A callee known by address: llvmlite reads the call's type from `function_type`."""
-
-    def __init__(self, pointer, fnty):
-        self.pointer = pointer
-        self.function_type = fnty
-        self.type = PTR
-
-    def get_reference(self):
-        return self.pointer.get_reference()

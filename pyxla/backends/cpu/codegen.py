@@ -30,6 +30,19 @@ Kernels by kind:
                 kernel scratch, then every output by its own loop nest reading them
   gemm          dot of f32/f64 in canonical form: a BLAS call per batch element, and for
                 fusion kOutput the epilogue loop in place over the result
+
+Across threads. A loop nest (a loop kernel, the rows of a reduction kernel, an epilogue)
+whose estimated work is at least PARALLEL_MIN_WORK is split across the worker pool
+(parallel.py): its outermost dimensions, as one flat range, are cut into contiguous chunks,
+a few per thread, and the body for one chunk is outlined into a task function. A reduction
+with few results but long rows (a sum of a whole vector) is split along its reduced
+dimensions instead: each task reduces its part into a partial result in kernel scratch, and
+the partials are combined in order afterwards (a reduction's order is unspecified in HLO;
+this needs the init value to be the reducer's identity, which it is for sums, products,
+max and min as front ends emit them; the rounding of a split float sum then depends on the
+number of threads, as XLA's does). Work is estimated as elements visited times a cost
+per element (EXPENSIVE_OPS count more), so a short transcendental loop splits where a
+short copy does not.
 """
 from __future__ import annotations
 
@@ -43,14 +56,16 @@ from ...fusion.buffer_assignment import Buffer, BufferAssignment
 from ...hlo.computation import HloComputation
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
+from ...hlo.ops.registry import op_def
 from ...hlo.shape import ArrayShape, TupleShape
 from ...runtime.analysis import byte_size
 from .blas import emit_gemm
 from .control_flow import (CONTROL_FLOW, VIEWS, Frame, Leaf, align, copy_array, plan_memory,
                            tuple_element_offsets, value_leaves)
-from .elemental import RULES, ElementalEmitter, Unsupported, etype, linear_index
+from .elemental import RULES, ElementalEmitter, Unsupported, emit_reduction_loop, etype, linear_index
 from .ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
-from .loops import for_range
+from .loops import for_range, for_span
+from .parallel import emit_parallel_tasks, worker_pool
 
 # Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
 # emit(kernel_emitter). Files in this package that add one register it here.
@@ -59,6 +74,17 @@ KERNELS: dict = {}
 # epilogue): opcode of the fused op -> emit(kernel_emitter).
 OUTPUT_FUSION_KERNELS: dict = {}
 MXCSR_FTZ_DAZ = 0x8040
+
+# Splitting across threads: work units are elements visited times the cost of an element.
+PARALLEL_MIN_WORK = 1 << 17       # below this a loop nest stays on the calling thread
+TASK_MIN_WORK = 1 << 15           # and no task gets less than this
+TASKS_PER_THREAD = 4              # chunks per thread, so a late or slowed thread costs little
+EXPENSIVE_OPS = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
+                           "erf", "sine", "cosine", "tan", "power", "atan2", "divide", "remainder", "sqrt",
+                           "rsqrt", "cbrt"})
+EXPENSIVE_COST = 8
+ROW_BUFFER_BYTES = 1 << 16        # rows up to this size keep costly shared values on the stack
+SPLITTABLE_REDUCERS = ("add", "multiply", "maximum", "minimum", "and", "or")
 
 
 @dataclass
@@ -338,7 +364,7 @@ class KernelEmitter:
             self._store(self.out_ptr, shape, index, self.e.value(root, index))
             self.e.pop_scope()
 
-        for_range(self.b, shape.dims, body)
+        self._loop_nest(shape.dims, body, shape.size * self._element_cost())
 
     def _emit_rows(self, root: HloInstruction) -> None:
         """Per row: every reduction once, then the row's outputs; reductions apart when the
@@ -350,11 +376,21 @@ class KernelEmitter:
         if any(_reduce_rows(r) != rows for r in reduces) or any(shape.dims[:len(rows)] != rows
                                                                 for _, shape, _ in leaves):
             return self._emit_reductions_apart(reduces, leaves)
+        row_work = sum(r.operands[0].shape.size for r in reduces) + sum(s.size for _, s, _ in leaves)
+        work = row_work * self._element_cost()
+        pool = worker_pool() if work >= PARALLEL_MIN_WORK else None
+        if pool is not None and _prod(rows) < 2 * pool.threads and all(_splittable(r) for r in reduces):
+            return self._emit_reductions_apart(reduces, leaves)   # few long rows: split along them
+
+        kept = self._row_kept_values(reduces, rows, leaves)
 
         def row_body(row):
             self.e.push_scope()
+            readers = [self._keep_for_row(value, len(rows)) for value in kept]
             for r in reduces:
                 self.e.value(r, row)
+            for value, read in zip(kept, readers):
+                self.e.buffer_reads[id(value)] = read
             for value_of, shape, offset in leaves:
                 ptr = self._out_at(offset)
 
@@ -364,28 +400,116 @@ class KernelEmitter:
                     self.e.pop_scope()
 
                 for_range(self.b, shape.dims[len(rows):], body)
+            for value in kept:
+                del self.e.buffer_reads[id(value)]
             self.e.pop_scope()
 
-        for_range(self.b, rows, row_body)
+        self._loop_nest(rows, row_body, work)
+
+    def _row_kept_values(self, reduces, rows, leaves) -> list[HloInstruction]:
+        """Values of a row that its reductions compute and its outputs use again, and that
+        are costly (a transcendental among them, as exp in softmax): kept in a row buffer
+        on the stack while the row runs rather than computed twice. Only values reached from
+        reductions and outputs by elementwise ops of the row's own shape qualify, so that
+        both read each element at the index they wrote it."""
+        if self.fused is None:
+            return []
+        dims = reduces[0].operands[0].shape.dims
+        inner = list(range(len(rows), len(dims)))
+        if any(r.operands[0].shape.dims != dims or sorted(r.attrs["dimensions"]) != inner for r in reduces) or \
+                any(shape.dims != dims for _, shape, _ in leaves) or \
+                _prod(dims[len(rows):]) * 8 > ROW_BUFFER_BYTES:
+            return []
+        users: dict[int, list] = {}
+        for i in self.fused.instructions:
+            for op in i.operands:
+                users.setdefault(id(op), []).append(i)
+        root = self.fused.root
+        outputs = set(map(id, root.operands)) if root.opcode == "tuple" else {id(root)}
+
+        def aligned(i) -> bool:   # an elementwise op of the row's shape
+            return isinstance(i.shape, ArrayShape) and i.shape.dims == dims and \
+                op_def(i.opcode).fusion_kind == "elementwise"
+
+        def reaches(i, seen) -> tuple[bool, bool]:
+            """(reaches a reduction, reaches an output); _Unaligned when a path leaves the
+            row's elementwise ops."""
+            to_reduce, to_output = False, id(i) in outputs
+            for u in users.get(id(i), []):
+                if u.opcode == "reduce" and u.operands[0] is i:
+                    to_reduce = True
+                elif u.opcode == "tuple" and u is root:
+                    continue
+                elif aligned(u) and id(u) not in seen:
+                    seen.add(id(u))
+                    r, o = reaches(u, seen)
+                    to_reduce, to_output = to_reduce or r, to_output or o
+                elif not aligned(u):
+                    raise _Unaligned
+            return to_reduce, to_output
+
+        def costly(i) -> bool:
+            return i.opcode in EXPENSIVE_OPS or any(aligned(op) and costly(op) for op in i.operands)
+
+        kept = []
+        for i in self.fused.instructions:
+            if not aligned(i) or i.shape.dtype.name not in ("f32", "f64") or len(users.get(id(i), [])) < 2 \
+                    or not costly(i):
+                continue
+            try:
+                if reaches(i, set()) == (True, True):
+                    kept.append(i)
+            except _Unaligned:
+                continue
+        return kept
+
+    def _keep_for_row(self, value: HloInstruction, row_rank: int):
+        """A stack buffer for `value` over one row, filled as the reductions compute it;
+        returns the reader of the kept values."""
+        shape: ArrayShape = value.shape
+        inner = shape.dims[row_rank:]
+        b = self.b
+        here = b.block
+        b.position_at_start(b.function.entry_basic_block)   # per function: each task has its own
+        ty = compute_type(shape.dtype)
+        memory = b.alloca(ty, size=i64(_prod(inner)))
+        memory.align = 64
+        b.position_at_end(here)
+
+        def at(index):
+            offset = linear_index(b, index[row_rank:], inner, tuple(range(len(inner) - 1, -1, -1))) \
+                if inner else i64(0)
+            return b.gep(memory, [offset], source_etype=ty)
+
+        def fill(index):
+            result = RULES[value.opcode](self.e, value, index)
+            b.store(result, at(index))
+            return result
+
+        self.e.buffer_reads[id(value)] = fill
+        return lambda index: b.load(at(index), typ=ty)
 
     def _emit_reductions_apart(self, reduces: list[HloInstruction], leaves: list) -> None:
         """Each reduction whole into kernel scratch (in dependency order, so a reduction that
         reads another reads it from there), then each output by its own loop nest: for a
         kernel whose outputs are not laid out by the rows its reductions produce (a bitcast
         of the rows, reductions of different shapes)."""
+        cost = self._element_cost()
         for r in reduces:
             shapes = [ArrayShape(s.dtype, s.dims) for s in (r.shape.elements if isinstance(r.shape, TupleShape)
                                                            else (r.shape,))]
             ptrs = [self.reserve_scratch(s.byte_size) for s in shapes]
+            work = r.operands[0].shape.size * cost
+            if not self._reduce_in_parts(r, shapes[0], ptrs[0], work):
 
-            def body(index, r=r, shapes=shapes, ptrs=ptrs):
-                self.e.push_scope()
-                values = self.e.value(r, index)
-                for ptr, shape, value in zip(ptrs, shapes, values if isinstance(values, list) else [values]):
-                    self._store(ptr, shape, index, value)
-                self.e.pop_scope()
+                def body(index, r=r, shapes=shapes, ptrs=ptrs):
+                    self.e.push_scope()
+                    values = self.e.value(r, index)
+                    for ptr, shape, value in zip(ptrs, shapes, values if isinstance(values, list) else [values]):
+                        self._store(ptr, shape, index, value)
+                    self.e.pop_scope()
 
-            for_range(self.b, shapes[0].dims, body)
+                self._loop_nest(shapes[0].dims, body, work)
 
             def read(index, shapes=shapes, ptrs=ptrs, variadic=isinstance(r.shape, TupleShape)):
                 values = [self._load(ptr, shape, index) for ptr, shape in zip(ptrs, shapes)]
@@ -400,7 +524,93 @@ class KernelEmitter:
                 self._store(ptr, shape, index, value_of(self.e, index))
                 self.e.pop_scope()
 
-            for_range(self.b, shape.dims, body)
+            self._loop_nest(shape.dims, body, shape.size * cost)
+
+    # --- splitting across threads ---------------------------------------------------------------
+    def _element_cost(self) -> int:
+        """The estimated cost of one element of this kernel's loops (its elementwise ops,
+        transcendental ones counting EXPENSIVE_COST), at least 1."""
+        instrs = self.fused.instructions if self.fused is not None else [self.instr]
+        cost = sum(EXPENSIVE_COST if i.opcode in EXPENSIVE_OPS else 1 for i in instrs
+                   if op_def(i.opcode).fusion_kind == "elementwise")
+        return max(1, cost)
+
+    def _split(self, extents, work: float):
+        """(k, n_tasks): split the flat range of the first k dimensions of `extents` into
+        n_tasks chunks; None when the work stays on one thread."""
+        pool = worker_pool() if work >= PARALLEL_MIN_WORK else None   # (the pool starts on first use)
+        if pool is None:
+            return None
+        wanted = int(min(pool.threads * TASKS_PER_THREAD, work // TASK_MIN_WORK))
+        k, flat = 0, 1
+        while k < len(extents) and flat < wanted:
+            flat *= extents[k]
+            k += 1
+        n_tasks = min(wanted, flat)
+        return (k, n_tasks) if n_tasks >= 2 else None
+
+    def _parallel_chunks(self, extents, k: int, n_tasks: int, body) -> None:
+        """body(task, begin, end) on the pool, for n_tasks balanced contiguous chunks
+        [begin, end) of the flat range of the first k dimensions of `extents`."""
+        b = self.b
+        flat = _prod(extents[:k])
+
+        def task(t):
+            begin = b.udiv(b.mul(t, i64(flat)), i64(n_tasks))
+            end = b.udiv(b.mul(b.add(t, i64(1)), i64(flat)), i64(n_tasks))
+            self.e.push_scope()
+            body(t, begin, end)
+            self.e.pop_scope()
+
+        emit_parallel_tasks(b, worker_pool(), n_tasks, task)
+
+    def _loop_nest(self, extents, body, work: float) -> None:
+        """for_range(extents, body), split across the pool's threads when `work` is large."""
+        split = self._split(extents, work)
+        if split is None:
+            return for_range(self.b, extents, body)
+        k, n_tasks = split
+        self._parallel_chunks(extents, k, n_tasks,
+                              lambda t, begin, end: for_span(self.b, extents, k, begin, end, body))
+
+    def _reduce_in_parts(self, r: HloInstruction, shape: ArrayShape, result, work: float) -> bool:
+        """Compute reduction `r` into `result` (laid out as `shape`) by tasks that each reduce
+        a part of the reduced dimensions (for every result element) into kernel scratch,
+        then combine the parts in task order; False when that is not worth it or not valid."""
+        pool = worker_pool() if work >= PARALLEL_MIN_WORK else None
+        if pool is None or shape.size >= 2 * pool.threads or not _splittable(r):
+            return False
+        operand = r.operands[0].shape
+        reduced = [operand.dims[d] for d in sorted(r.attrs["dimensions"])]
+        split = self._split(reduced, work)
+        if split is None:
+            return False
+        k, n_tasks = split
+        b = self.b
+        flat = ArrayShape(shape.dtype, (n_tasks, shape.size))
+        parts = self.reserve_scratch(flat.byte_size)
+
+        def task(t, begin, end):
+            def part(index):
+                self.e.push_scope()
+                (value,) = emit_reduction_loop(self.e, r, index, span=(k, begin, end))
+                self._store(parts, flat, (t, linear_index(b, index, shape.dims, shape.minor_to_major)
+                                          if shape.rank else i64(0)), value)
+                self.e.pop_scope()
+            for_range(b, shape.dims, part)
+
+        self._parallel_chunks(reduced, k, n_tasks, task)
+
+        def combine(index):
+            at = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
+            total = self._load(parts, flat, (i64(0), at))
+            for t in range(1, n_tasks):
+                part = self._load(parts, flat, (i64(t), at))
+                total = self.e.scalar_computation(r.attrs["to_apply"], [total, part], reassociate=True)[0]
+            self._store(result, shape, index, total)
+
+        for_range(b, shape.dims, combine)
+        return True
 
     def _out_at(self, offset: int) -> ir.Value:
         return self.b.gep(self.out_ptr, [i64(offset)], source_etype=I8) if offset else self.out_ptr
@@ -466,6 +676,10 @@ class KernelEmitter:
         return self.pointers[id(value)]
 
 
+class _Unaligned(Exception):
+    """A value's users leave the row's elementwise ops."""
+
+
 def _output_leaves(value: HloInstruction, shape, offset: int):
     """(value_of(emitter, index), array shape, byte offset) for each array a kernel writes:
     a tuple root writes its elements one after another, a variadic reduce its results."""
@@ -483,6 +697,36 @@ def _reduce_rows(reduce: HloInstruction) -> tuple:
     """The dimensions of a reduction's result (of each result, for a variadic reduce)."""
     shape = reduce.shape
     return shape.elements[0].dims if isinstance(shape, TupleShape) else shape.dims
+
+
+def _splittable(r: HloInstruction) -> bool:
+    """Whether reduction `r` may be computed as partial reductions combined afterwards: one
+    result, a reducer that is one associative op of its two parameters, and an init value
+    that is the op's identity (so each part starting from it changes nothing)."""
+    root = r.attrs["to_apply"].root
+    if len(r.operands) != 2 or root.opcode not in SPLITTABLE_REDUCERS or root.operands[0] is root.operands[1] \
+            or [op.opcode for op in root.operands] != ["parameter", "parameter"]:
+        return False
+    init = r.operands[1]
+    while init.opcode in ("broadcast", "reshape", "bitcast"):
+        init = init.operands[0]
+    identity = _identity(root.opcode, r.shape.dtype)
+    return init.opcode == "constant" and identity is not None and \
+        np.asarray(init.literal).reshape(-1).astype(np.float64)[0] == identity
+
+
+def _identity(opcode: str, t):
+    """The identity of a reducer op on element type t (None if it has none)."""
+    if opcode in ("add", "or"):
+        return 0
+    if opcode == "multiply":
+        return 1
+    if t.is_pred:
+        return {"and": 1, "maximum": 0, "minimum": 1}[opcode]
+    if t.is_float:
+        return {"maximum": -np.inf, "minimum": np.inf}.get(opcode)
+    info = np.iinfo(t.np_dtype)
+    return {"and": -1 if info.min < 0 else info.max, "maximum": info.min, "minimum": info.max}[opcode]
 
 
 def _prod(dims) -> int:

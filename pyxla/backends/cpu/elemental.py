@@ -501,8 +501,11 @@ def _get_tuple_element(e: ElementalEmitter, instr, index):
     return values[instr.attrs["index"]]
 
 
-def emit_reduction_loop(e: ElementalEmitter, instr: HloInstruction, index: tuple) -> list[ir.Value]:
-    from .loops import for_range   # loops builds on this module
+def emit_reduction_loop(e: ElementalEmitter, instr: HloInstruction, index: tuple, span=None) -> list[ir.Value]:
+    """The reduction of one output element; with span = (k, begin, end), of the part of it
+    whose flat index over the first k reduced dimensions is in [begin, end) (a partial
+    result, for a reduction split across threads)."""
+    from .loops import for_range, for_span   # loops builds on this module
     n = len(instr.operands) // 2
     operand_shape: ArrayShape = instr.operands[0].shape
     reduced = sorted(instr.attrs["dimensions"])
@@ -527,7 +530,11 @@ def emit_reduction_loop(e: ElementalEmitter, instr: HloInstruction, index: tuple
             b.store(r, acc)
 
     e.push_scope()
-    for_range(b, [operand_shape.dims[d] for d in reduced], body)
+    extents = [operand_shape.dims[d] for d in reduced]
+    if span is None:
+        for_range(b, extents, body)
+    else:
+        for_span(b, extents, *span, body)
     e.pop_scope()
     return [b.load(acc) for acc in accs]
 

@@ -71,3 +71,16 @@ def f32_to_bf16_bits(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
     quiet_nan = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
     is_nan = b.fcmp_unordered("uno", value, value)
     return b.trunc(b.select(is_nan, quiet_nan, rounded), I16)
+
+
+class FunctionPointer(ir.values.Value):
+    """A callee known by address (a pointer value): llvmlite reads the call's type from
+    `function_type`."""
+
+    def __init__(self, pointer, fnty):
+        self.pointer = pointer
+        self.function_type = fnty
+        self.type = PTR
+
+    def get_reference(self):
+        return self.pointer.get_reference()
