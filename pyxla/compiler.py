@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .fusion.buffer_assignment import BufferAssignment, assign_buffers
+from .fusion.buffer_assignment import BufferAssignment, assign_buffers, module_assignment_text
 from .fusion.instruction_fusion import fusion_pass
 from .fusion.multi_output import multi_output_fusion
 from .fusion.policy import FusionPolicy
@@ -55,5 +55,5 @@ def compile_module(module: HloModule, *, policy: FusionPolicy | None = None, don
         folder = Path(dump) / module.name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "fusion-decisions.txt").write_text("\n".join(getattr(module, "fusion_log", [])) + "\n")
-        (folder / "buffer-assignment.txt").write_text(buffers.to_text() + "\n")
+        (folder / "buffer-assignment.txt").write_text(module_assignment_text(module, buffers) + "\n")
     return CompiledModule(module, buffers, seconds)

@@ -24,9 +24,10 @@ anything else, so a computation called from two places never finds its memory in
 
 while: the loop state lives in the while's own buffer W. The initial value is copied in;
 the condition and the body read their parameter straight from W; after each body run its
-results are copied into W. The body's kernels never write W (a parameter is never written
-in place by buffer assignment), so the body reads its parameter while it computes. On the
-copy back, an element passed through unchanged is not copied, and an element that is
+results are copied into W. The body's kernels write W only where buffer assignment put an
+update of a carried array in the state itself (`Buffer.in_parameter`: nothing reads that
+element of the parameter afterwards). On the copy back, an element passed through
+unchanged or updated in place is not copied, and an element that is
 another element of the parameter (a permutation of the state) is first copied to staging
 memory, so no element is overwritten before it is read.
 conditional: the selector picks a block (pred: true runs branch 0; s32: a switch whose
@@ -247,6 +248,8 @@ class Frame:
         return b.gep(arena, [i64(offset)], source_etype=I8) if offset else arena
 
     def _base(self, b: ir.IRBuilder, buf: Buffer) -> ir.Value:
+        if buf.in_parameter is not None:   # a while body's result updated in the loop state
+            return self.parameters[0][buf.in_parameter]
         if buf.kind == "temp":
             return self.arena_at(b, self.memory.base + buf.offset)
         if buf.kind == "output":
@@ -329,8 +332,9 @@ def _store_state(cg, b: ir.IRBuilder, body: Frame, state_ptrs: list[ir.Value], s
     staging first (they are read before any element of the state is written)."""
     writes = []
     for i, leaf in enumerate(body.leaves(body.computation.root)):
-        if leaf.kind == "parameter" and leaf.position == i:
-            continue   # passed through: already in place
+        if (leaf.kind == "parameter" and leaf.position == i) or (
+                leaf.kind == "buffer" and body.memory.buffer_of(leaf.owner).in_parameter == i):
+            continue   # passed through or updated in place: already in the state
         source = body.pointer(b, leaf)
         if leaf.kind == "parameter":
             staged = body.arena_at(b, body.memory.staging[i])

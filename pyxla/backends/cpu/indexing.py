@@ -26,7 +26,7 @@ from ...hlo.ops.indexing import IndexingDims, _gather_dims, _scatter_dims, _scat
 from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
 from .codegen import KERNELS, tuple_element_offsets
-from .control_flow import copy_array
+from .control_flow import copy_array, value_leaves
 from .elemental import RULES, ElementalEmitter, Unsupported, _clamp_index, etype
 from .ir_types import I1, I64, i64
 from .loops import for_range
@@ -137,14 +137,21 @@ def _outside_value(ke, value: HloInstruction) -> HloInstruction | None:
 
 
 def _in_place(ke, source: HloInstruction, out_offset: int, shape: ArrayShape) -> bool:
-    """Whether buffer assignment put the kernel's output (at out_offset) in `source`'s memory."""
+    """Whether buffer assignment put the kernel's output (at out_offset) in `source`'s memory:
+    the buffer of a value computed before, or the element of a while body's parameter (the
+    loop state) that the body updates in place."""
     codegen = ke.codegen
     storage, offset = codegen._storage_and_offset(source)
     out_storage, out_base = codegen._storage_and_offset(ke.instr)
-    if storage.opcode in ("parameter", "constant") or offset != out_base + out_offset:
+    out_buffer = codegen.buffers.of(out_storage)
+    if storage.opcode == "parameter":
+        (leaf,) = value_leaves(source)
+        same = out_buffer is not None and out_offset == 0 and out_buffer.in_parameter == leaf.position
+    elif storage.opcode == "constant" or offset != out_base + out_offset:
         return False
-    buffer = codegen.buffers.of(storage)
-    same = buffer is not None and buffer is codegen.buffers.of(out_storage)
+    else:
+        buffer = codegen.buffers.of(storage)
+        same = buffer is not None and buffer is out_buffer
     if same and source.shape.minor_to_major != shape.minor_to_major:
         raise Unsupported(f"the CPU backend cannot update {source.describe()} in place in another layout "
                           f"({ke.instr.describe()})")
