@@ -104,6 +104,11 @@ class Compiled:
         """The module as it runs: optimised, fused and scheduled."""
         return print_module(self.module)
 
+    @property
+    def stage_seconds(self) -> dict[str, float]:
+        """Where compile time went: tracing, passes, buffer assignment, LLVM stages."""
+        return self.compiled.stage_seconds
+
     def cost_analysis(self) -> dict:
         """Flops, transcendentals and bytes accessed, in total and per kernel."""
         return cost_analysis(self.module)
@@ -148,6 +153,10 @@ class Lowered:
         compiled = compile_module(self.module.clone(), donated=self._jitted.donate_argnums)
         executable = get_backend(self._jitted.backend).compile(compiled.module, compiled=compiled,
                                                                donated=self._jitted.donate_argnums)
+        compiled.stage_seconds = {"trace": self.trace_seconds, **compiled.stage_seconds}
+        if "compile" in os.environ.get("PYXLA_DEBUG", "").split(","):
+            stages = "  ".join(f"{stage} {seconds * 1e3:.1f} ms" for stage, seconds in compiled.stage_seconds.items())
+            print(f"pyxla compile {self.module.name}: {stages}", file=sys.stderr)
         return Compiled(compiled, executable, self.in_tree, self.out_tree, self.static_key,
                         self._jitted._split_args, time.perf_counter() - start)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from pathlib import Path
 
 from ...compiler import CompiledModule, compile_module
@@ -35,12 +36,15 @@ class CpuBackend:
         if compiled is None:
             compiled = compile_module(module.clone(), donated=donated)
         module, buffers = compiled.module, compiled.buffers
+        start = time.perf_counter()
         codegen = ModuleCodegen(module, buffers)
         codegen.entry_name = f"entry_{next(_module_numbers)}"   # unique among the process's JIT modules
         ir_text = codegen.emit()
+        compiled.stage_seconds["LLVM IR emission"] = time.perf_counter() - start
         jit = host_jit()
         dump = os.environ.get("PYXLA_DUMP")
         result = jit.compile(ir_text, want_assembly=bool(dump), functions=(codegen.entry_name,))
+        compiled.stage_seconds.update(result.stage_seconds)
         if dump:
             folder = Path(dump) / module.name
             folder.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -31,6 +32,7 @@ class CompiledIr:
     optimised_ir: str
     assembly: str | None
     addresses: dict[str, int]    # of the functions asked for by name
+    stage_seconds: dict[str, float]
 
 
 class LlvmJit:
@@ -67,16 +69,19 @@ class LlvmJit:
     def compile(self, ir_text: str, want_assembly: bool = False, functions: tuple[str, ...] = ()) -> CompiledIr:
         """Optimise and load a module; the addresses of `functions` are resolved under the
         engine's lock, so a module another thread adds at the same time cannot shadow them."""
+        start = time.perf_counter()
         module = llvm.parse_assembly(self.with_host_attributes(ir_text))
         module.verify()
         self.optimise(module)
-        optimised = str(module)
+        optimised = str(module) if want_assembly else ""
         assembly = self.target_machine.emit_assembly(module) if want_assembly else None
+        optimised_at = time.perf_counter()
         with _lock:
             self.engine.add_module(module)
             self.engine.finalize_object()
             addresses = {name: self.engine.get_function_address(name) for name in functions}
-        return CompiledIr(optimised, assembly, addresses)
+        seconds = {"LLVM optimisation": optimised_at - start, "machine code": time.perf_counter() - optimised_at}
+        return CompiledIr(optimised, assembly, addresses, seconds)
 
 
 _jit: LlvmJit | None = None
