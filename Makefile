@@ -11,7 +11,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,onnx]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,7 +25,7 @@ test: $(STAMP)
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,onnx,bench]'
 	touch $(BENCH_STAMP)
 
 # Every framework in its own process; writes benchmarks/results/report.md, report.json, ratios.png

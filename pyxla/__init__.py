@@ -14,3 +14,11 @@ from .errors import (ArgumentError, ConcretizationError, EvaluationError, ParseE
 from .frontend import (default_backend, jit, register_pytree_node, set_default_backend,  # noqa: F401
                        tree_flatten, tree_map, tree_unflatten)
 from .frontend.array import Array  # noqa: F401,E402  (what pyxla.numpy returns eagerly: an ndarray with .at)
+
+
+def __getattr__(name: str):
+    # pyxla.onnx is imported on first use: it needs the optional onnx package
+    if name == "onnx":
+        import importlib
+        return importlib.import_module(".onnx", __name__)
+    raise AttributeError(f"module 'pyxla' has no attribute {name!r}")

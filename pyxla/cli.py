@@ -4,9 +4,11 @@
     pyxla fmt MODULE.hlo
     pyxla check CORPUS_DIR [--backend NAME] [--level module|optimized|both]
     pyxla opt MODULE.hlo [--passes p1,p2,...] | pyxla opt --list
+    pyxla run-onnx MODEL.onnx --inputs IN.npz [--out OUT.npz] [--backend cpu|interpreter]
 
-Arrays go in and out as .npz files named arg0..argN and out0..outM; bf16 is stored as
-uint16 bit patterns, as in the conformance corpus.
+Arrays go in and out as .npz files named arg0..argN and out0..outM (for run-onnx: by the
+model's input and output names); bf16 is stored as uint16 bit patterns, as in the
+conformance corpus.
 """
 from __future__ import annotations
 
@@ -71,6 +73,29 @@ def cmd_run(ns) -> int:
     return 0
 
 
+def cmd_run_onnx(ns) -> int:
+    from .importers.onnx import load   # needs the onnx package (pip install 'pyxla[onnx]')
+
+    model = load(ns.model, backend=ns.backend)
+    feeds = {}
+    if ns.inputs:
+        with np.load(ns.inputs) as z:
+            feeds = {name: z[name] for name in z.files}
+    start = time.perf_counter()
+    model.compile(feeds)
+    compiled = time.perf_counter() - start
+    start = time.perf_counter()
+    outputs = model(feeds)
+    elapsed = time.perf_counter() - start
+    if ns.out:
+        np.savez(ns.out, **{name: _storable(np.asarray(o)) for name, o in outputs.items()})
+    if not ns.quiet:
+        for name, o in outputs.items():
+            print(f"{name}: {o.dtype.name}{list(o.shape)}")
+        print(f"imported and compiled in {compiled:.2f} s, ran on {ns.backend} in {elapsed * 1e3:.2f} ms")
+    return 0
+
+
 def cmd_fmt(ns) -> int:
     sys.stdout.write(print_module(_read_module(ns.module)))
     return 0
@@ -128,13 +153,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyxla", description="pyxla, an XLA-style compiler")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="parse, verify and run an HLO module")
-    run.add_argument("module")
-    run.add_argument("--inputs", help=".npz with arg0..argN")
-    run.add_argument("--out", help="write outputs to this .npz (out0..outM)")
-    run.add_argument("--backend", default="cpu", choices=available_backends())
-    run.add_argument("--quiet", action="store_true")
-    run.set_defaults(func=cmd_run)
+    def runner(name, what, source, inputs, outputs, func):
+        cmd = sub.add_parser(name, help=what)
+        cmd.add_argument(source)
+        cmd.add_argument("--inputs", help=f".npz with {inputs}")
+        cmd.add_argument("--out", help=f"write outputs to this .npz ({outputs})")
+        cmd.add_argument("--backend", default="cpu", choices=available_backends())
+        cmd.add_argument("--quiet", action="store_true")
+        cmd.set_defaults(func=func)
+
+    runner("run", "parse, verify and run an HLO module", "module", "arg0..argN", "out0..outM", cmd_run)
+    runner("run-onnx", "import an ONNX model and run it", "model", "one array per model input, by name",
+           "by output name", cmd_run_onnx)
 
     fmt = sub.add_parser("fmt", help="print an HLO module in canonical text")
     fmt.add_argument("module")

@@ -1,0 +1,1 @@
+"""Importers: foreign model formats turned into HLO modules (ONNX)."""

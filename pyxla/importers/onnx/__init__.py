@@ -1,0 +1,34 @@
+"""The ONNX importer: an ONNX model becomes an HLO module, compiled and callable with NumPy
+arrays by input name.
+
+    import pyxla.onnx
+    model = pyxla.onnx.load("model.onnx")        # a path, bytes or an onnx.ModelProto
+    outputs = model(input_name=x)                # {output name: np.ndarray}
+
+Files, in pipeline order: model_file.py (reading and checking the file, external data),
+importer.py (the graph walk), ops/ (one converter per operator, by family, registered in
+registry.py), onnx_model.py (the callable: input checks, one executable per input
+signature), backend.py (onnx.backend.base.Backend, for ONNX's own test suite).
+"""
+from __future__ import annotations
+
+import os
+
+from .onnx_model import OnnxModel
+from .registry import OnnxImportError
+
+__all__ = ["load", "OnnxModel", "OnnxImportError"]
+
+
+def load(source, *, backend: str | None = None, base_dir: str | os.PathLike | None = None,
+         check: bool = True) -> OnnxModel:
+    """Import an ONNX model (a path, serialized bytes or an onnx.ModelProto).
+
+    Operators, attributes and types pyxla cannot import are refused here, naming the node.
+    The model compiles on its first call for the shapes of the inputs given (and again for
+    new shapes). `backend` is a pyxla backend name (default: jit's default, "cpu");
+    `base_dir` is where external data files are read from (default: the model file's
+    directory); `check=False` skips onnx.checker."""
+    from .model_file import load_model
+
+    return OnnxModel(load_model(source, base_dir=base_dir, check=check), backend=backend)
