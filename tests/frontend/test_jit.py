@@ -229,3 +229,18 @@ def test_fast_path_keys_on_shape_and_dtype(rng):
     out = f(b, b)   # same shapes, another dtype: a new signature, not the cached one
     assert out.dtype == np.float64 and calls["n"] == 2
     np.testing.assert_allclose(f(a[::-1], a[::-1]), np.exp(a[::-1].astype(np.float64)) * a[::-1], rtol=1e-6)
+
+
+def test_compile_time_is_reported_per_stage(rng, monkeypatch, capsys):
+    monkeypatch.setenv("PYXLA_DEBUG", "compile")
+    x = rng.standard_normal(7).astype(np.float32)
+    compiled = pyxla.jit(scaled_exp).lower(x, x).compile()
+    stages = compiled.stage_seconds
+    assert list(stages)[0] == "trace"
+    assert {"passes, fusion, schedule", "buffer assignment", "LLVM IR emission", "LLVM optimisation",
+            "machine code"} <= set(stages)
+    assert all(seconds >= 0 for seconds in stages.values())
+    assert sum(stages.values()) <= compiled.compile_seconds + stages["trace"] + 1e-3
+    printed = capsys.readouterr().err
+    assert printed.startswith("pyxla compile ") and "LLVM optimisation" in printed
+    np.testing.assert_allclose(compiled(x, x), np.exp(x.astype(np.float64)) * x, rtol=1e-6)
