@@ -1,6 +1,10 @@
 """`make bench`: every framework in its own process, then one report.
 
     python -m benchmarks [--scale 1.0] [--frameworks numpy pyxla jax ...] [--out benchmarks/results]
+                         [--only WORKLOAD ...] [--models MODEL ...]
+
+Then ONNX's light model architectures, pyxla beside onnxruntime (benchmarks/onnx_models.py):
+all of them unless --only picks workloads; --models picks some (none: `--models` alone).
 
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset in the framework processes (only there):
 these machines set them for old OpenBLAS builds, and they make a current OpenBLAS pick
@@ -16,6 +20,7 @@ import sys
 from pathlib import Path
 
 from .frameworks import FRAMEWORKS
+from .onnx_models import MODELS
 from .report import write_report
 
 
@@ -26,12 +31,23 @@ def child_environment() -> dict:
     return env
 
 
+def _run_process(framework: str, path: Path, env: dict, module: str, *args: str) -> dict:
+    """Run one framework in its own process; its JSON, or why it could not run."""
+    cmd = [sys.executable, "-m", module, "--framework", framework, "--out", str(path), *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0 or not path.exists():
+        return {"framework": framework, "unavailable": f"process failed: {proc.stderr.strip()[-500:]}",
+                "results": {}}
+    return json.loads(path.read_text())
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--budget", type=float, default=3.0)
     parser.add_argument("--frameworks", nargs="*", default=list(FRAMEWORKS))
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--models", nargs="*", help="ONNX light models to run (default: all, unless --only)")
     parser.add_argument("--out", default="benchmarks/results")
     ns = parser.parse_args(argv)
     out = Path(ns.out)
@@ -40,21 +56,21 @@ def main(argv=None) -> None:
     runs = []
     load_before = os.getloadavg()
     for fw in ns.frameworks:
-        path = out / f"{fw}.json"
         print(f"running {fw} ...", flush=True)
-        cmd = [sys.executable, "-m", "benchmarks.runner", "--framework", fw, "--out", str(path),
-               "--scale", str(ns.scale), "--budget", str(ns.budget)] + (["--only", *ns.only] if ns.only else [])
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0 or not path.exists():
-            runs.append({"framework": fw, "unavailable": f"process failed: {proc.stderr.strip()[-500:]}",
-                         "results": {}})
-            continue
-        runs.append(json.loads(path.read_text()))
+        runs.append(_run_process(fw, out / f"{fw}.json", env, "benchmarks.runner", "--scale", str(ns.scale),
+                                 "--budget", str(ns.budget), *(["--only", *ns.only] if ns.only else [])))
+    models = ns.models if ns.models is not None else ([] if ns.only else list(MODELS))
+    model_runs = []
+    if models:
+        for fw in ("pyxla", "onnxruntime"):
+            print(f"running the ONNX models on {fw} ...", flush=True)
+            model_runs.append(_run_process(fw, out / f"{fw}-onnx-models.json", env, "benchmarks.onnx_models",
+                                           "--budget", str(ns.budget), "--only", *models))
     ceilings_cmd = [sys.executable, "-c",
                     f"import json; from benchmarks.ceilings import ceilings; print(json.dumps(ceilings({ns.scale})))"]
     ceil = json.loads(subprocess.run(ceilings_cmd, env=env, capture_output=True, text=True, check=True).stdout)
     load_after = os.getloadavg()
-    print(write_report(runs, ceil, out, load_before, load_after))
+    print(write_report(runs, ceil, out, load_before, load_after, model_runs))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,48 @@ def summarize(runs: list[dict]) -> dict:
     return table
 
 
-def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_after) -> str:
+def summarize_models(model_runs: list[dict]) -> dict:
+    """Per ONNX model: pyxla's and onnxruntime's entries and pyxla's ratio to onnxruntime."""
+    by_fw = {r["framework"]: r.get("results", {}) for r in model_runs}
+    names = list(dict.fromkeys(name for r in model_runs for name in r.get("results", {})))
+    table = {}
+    for name in names:
+        mine, peer = by_fw.get("pyxla", {}).get(name) or {}, by_fw.get("onnxruntime", {}).get(name) or {}
+        ratio = None
+        if "median_s" in mine and "median_s" in peer and peer.get("correct", True):
+            ratio = mine["median_s"] / peer["median_s"]
+        table[name] = {"pyxla": mine, "onnxruntime": peer, "pyxla_over_onnxruntime": ratio}
+    return table
+
+
+def _model_lines(model_runs: list[dict]) -> list[str]:
+    table = summarize_models(model_runs)
+    if not table:
+        return []
+    lines = ["", "ONNX light models (batch 1; ONNX's own inputs, checked against its reference outputs):", "",
+             "| model | pyxla | onnxruntime | pyxla / onnxruntime | first call: pyxla | onnxruntime |",
+             "|---|---|---|---|---|---|"]
+    for name, t in table.items():
+        ratio = t["pyxla_over_onnxruntime"]
+        first = [f"{t[fw]['first_call_s']:.2f} s" if "first_call_s" in t[fw] else "–" for fw in ("pyxla", "onnxruntime")]
+        lines.append(f"| {name} | {_cell(t['pyxla'])} | {_cell(t['onnxruntime'])} | "
+                     f"{f'{ratio:.2f}' if ratio else '–'} | {first[0]} | {first[1]} |")
+    return lines
+
+
+def _failures(runs: list[dict]) -> list[str]:
+    lines = []
+    for r in runs:
+        if "unavailable" in r:
+            lines.append(f"\n{r['framework']}: not run ({r['unavailable'][:200]})")
+        for wname, e in r.get("results", {}).items():
+            if e and "error" in e:
+                lines.append(f"\n{r['framework']} / {wname}: {e['error'][:200]}")
+    return lines
+
+
+def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_after,
+                 model_runs: list[dict] = ()) -> str:
     table = summarize(runs)
     names = [r["framework"] for r in runs]
     busy = max(load_before[0], load_after[0]) > 0.5 * (os.cpu_count() or 1)
@@ -68,34 +109,38 @@ def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_
             e = table[w.name]["row"].get(n)
             cells.append(f"{e['first_call_s'] * 1e3:.0f} ms" if e and "first_call_s" in e else "–")
         lines.append(f"| {w.name} | " + " | ".join(cells) + " |")
-    for r in runs:
-        if "unavailable" in r:
-            lines.append(f"\n{r['framework']}: not run ({r['unavailable'][:200]})")
-        for wname, e in r.get("results", {}).items():
-            if e and "error" in e:
-                lines.append(f"\n{r['framework']} / {wname}: {e['error'][:200]}")
+    lines += _model_lines(list(model_runs))
+    lines += _failures(runs) + _failures(list(model_runs))
     markdown = "\n".join(lines) + "\n"
     (out / "report.md").write_text(markdown)
     (out / "report.json").write_text(json.dumps({"runs": runs, "ceilings": ceilings, "summary": {
         k: {"best_peer": v["best_peer"], "pyxla_over_best_peer": v["pyxla_over_best_peer"]} for k, v in table.items()},
+        "onnx_models": {"runs": list(model_runs), "summary": {
+            k: v["pyxla_over_onnxruntime"] for k, v in summarize_models(list(model_runs)).items()}},
         "load_average": [load_before, load_after]}, indent=1, default=str))
-    _chart(table, out / "ratios.png")
+    ratios = {k: v["pyxla_over_best_peer"] for k, v in table.items()}
+    ratios.update({f"onnx {k}": v["pyxla_over_onnxruntime"] for k, v in summarize_models(list(model_runs)).items()})
+    _chart(ratios, out / "ratios.png")
     return markdown
 
 
-def _chart(table: dict, path: Path) -> None:
+def _chart(ratios: dict, path: Path) -> None:
+    """A bar per workload (and ONNX model): pyxla's time over the best peer's."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    names = [k for k, v in table.items() if v["pyxla_over_best_peer"]]
-    values = [table[k]["pyxla_over_best_peer"] for k in names]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    names = [k for k, v in ratios.items() if v]
+    values = [ratios[k] for k in names]
+    fig, ax = plt.subplots(figsize=(10, 4))
     ax.bar(names, values, color=["tab:green" if v <= 1 else "tab:red" for v in values])
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_ylabel("pyxla time / best peer's")
+    ax.set_yscale("log")   # a 10x gap and a 10% lead both stay readable
+    for x, v in enumerate(values):
+        ax.annotate(f"{v:.2f}", (x, v), ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("pyxla time / best peer's (log)")
     ax.set_title("lower is better; below 1: pyxla is fastest")
     plt.xticks(rotation=30, ha="right")
     fig.tight_layout()

@@ -2,6 +2,8 @@
 It asserts that the machinery works and that pyxla's results are correct, never a timing."""
 import json
 
+import pytest
+
 from benchmarks.__main__ import main
 
 
@@ -17,3 +19,19 @@ def test_suite_runs_and_reports(tmp_path):
         assert entry.get("correct"), (name, entry)
         assert entry["median_s"] > 0 and entry["first_call_s"] > 0
     assert set(data["ceilings"]) == {"copy_gb_per_s", "triad_gb_per_s", "sgemm_gflops"}
+
+
+def test_onnx_light_models_are_timed_and_checked(tmp_path):
+    pytest.importorskip("onnx")
+    from benchmarks.onnx_models import run_models
+    from benchmarks.report import write_report
+
+    run = run_models("pyxla", budget=0.01, only=["squeezenet"])
+    entry = run["results"]["squeezenet"]
+    assert entry.get("correct"), entry
+    assert entry["median_s"] > 0 and entry["repeats"] >= 3 and entry["first_call_s"] >= entry["median_s"]
+    peer = {"framework": "onnxruntime", "results": {"squeezenet": dict(entry, median_s=2 * entry["median_s"])}}
+    report = write_report([], {"copy_gb_per_s": 1, "triad_gb_per_s": 1, "sgemm_gflops": 1}, tmp_path,
+                          (0, 0, 0), (0, 0, 0), [run, peer])
+    assert "| squeezenet |" in report and "| 0.50 |" in report
+    assert json.loads((tmp_path / "report.json").read_text())["onnx_models"]["summary"]["squeezenet"] == 0.5
