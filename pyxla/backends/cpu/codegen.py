@@ -46,6 +46,7 @@ short copy does not.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -112,6 +113,7 @@ class ModuleCodegen:
         self.ir.triple = llvm.get_process_triple()
         self.constants: dict[int, ir.GlobalVariable] = {}
         self.kernels: dict[int, ir.Function] = {}
+        self._kernels_by_code: dict[str, ir.Function] = {}   # a kernel's code -> the kernel emitted for it
         self.memory = plan_memory(module, buffers)
         self.scratch_size = 0
         self.arena: ir.Value | None = None       # the entry function's arena argument, while emitting
@@ -252,6 +254,7 @@ class ModuleCodegen:
         if id(instr) in self.kernels:
             return self.kernels[id(instr)]
         operands = list(dict.fromkeys(instr.operands))
+        before = set(self.ir.globals)
         fn = ir.Function(self.ir, ir.FunctionType(VOID, [PTR] * (2 + len(operands))),
                          name=self.ir.get_unique_name(f"kernel.{instr.name}"))
         fn.linkage = "internal"
@@ -264,8 +267,40 @@ class ModuleCodegen:
         finally:
             self.buffers = self.entry_buffers
         b.ret_void()
+        fn = self._reuse_identical_kernel(fn, before)
         self.kernels[id(instr)] = fn
         return fn
+
+    def _metadata_by_content(self, text: str) -> str:
+        """`text` with each metadata reference (`!7`, numbered in module order) replaced by what
+        the node holds, so two kernels whose loops carry equal hints read the same."""
+        nodes = {m.name: m for m in self.ir.metadata}
+
+        def content(name: str, seen=()) -> str:
+            node = nodes.get(name)
+            if node is None or name in seen:
+                return "!self"
+            parts = [content(op.name, seen + (name,)) if isinstance(op, ir.values.MDValue) else str(op)
+                     for op in getattr(node, "operands", ())]
+            return "!{" + ", ".join(parts) + "}"
+
+        return re.sub(r"!(\d+)\b", lambda m: content(m.group(1)), text)
+
+    def _reuse_identical_kernel(self, fn: ir.Function, before: set) -> ir.Function:
+        """An earlier kernel whose code is the same as `fn`'s (with the functions outlined from
+        it, such as its parallel tasks), or `fn`. Models repeat the same layer shapes many times
+        (the blocks of a ResNet stage), and LLVM's time grows with the code it is given, so each
+        distinct kernel is optimised and compiled once; the duplicate is dropped from the module.
+        Kernel code refers to buffers only through its pointer arguments, so equal text is
+        equal behaviour."""
+        own = [g for name, g in self.ir.globals.items()
+               if name not in before and isinstance(g, ir.Function) and (name == fn.name or name.startswith(f"{fn.name}."))]
+        text = "\n".join(str(g) for g in own).replace(f"@\"{fn.name}", "@\"KERNEL").replace(f"@{fn.name}", "@KERNEL")
+        earlier = self._kernels_by_code.setdefault(self._metadata_by_content(text), fn)
+        if earlier is not fn:
+            for g in own:
+                del self.ir.globals[g.name]
+        return earlier
 
 
 def _same_array(a: ArrayShape, b: ArrayShape) -> bool:

@@ -209,3 +209,36 @@ ENTRY main {
 """
     with pytest.raises(NotImplementedError, match="the CPU backend cannot take a tuple-shaped ENTRY parameter"):
         compiled_codegen(text)
+
+
+REPEATED_LAYERS = """HloModule repeated_layers
+ENTRY main {
+  x = f32[64,33] parameter(0)
+  y = f32[64,33] parameter(1)
+  z = f32[64,33] parameter(2)
+  two = f32[] constant(2)
+  three = f32[] constant(3)
+  twos = f32[64,33] broadcast(two), dimensions={}
+  threes = f32[64,33] broadcast(three), dimensions={}
+  t = f32[64,33] tanh(x)
+  a = f32[64,33] multiply(t, twos)
+  u = f32[64,33] tanh(y)
+  b = f32[64,33] multiply(u, twos)
+  v = f32[64,33] tanh(z)
+  c = f32[64,33] multiply(v, threes)
+  ROOT r = (f32[64,33], f32[64,33], f32[64,33]) tuple(a, b, c)
+}
+"""
+
+
+def test_kernels_with_the_same_code_are_emitted_once(rng):
+    """Two fusions that compute the same thing on different buffers share one kernel function
+    (LLVM optimises it once); a fusion that differs in a constant gets its own."""
+    codegen = compiled_codegen(REPEATED_LAYERS)
+    codegen.emit()
+    fusions = [i for i in codegen.hlo.entry.instructions if i.opcode == "fusion"]
+    assert len(fusions) == 3
+    kernels = [f for f in codegen.ir.functions if not f.is_declaration and f.name.startswith("kernel.")]
+    assert len(kernels) == 2
+    assert len({id(codegen.kernels[id(f)]) for f in fusions}) == 2
+    assert_cpu_matches_interpreter(REPEATED_LAYERS, rng)
