@@ -22,6 +22,7 @@ from .fusion.schedule import schedule_module
 from .hlo.module import HloModule
 from .passes.hlo_pass import HloPass
 from .passes.pipeline import default_pipeline, run_pipeline
+from .passes.reshape_to_bitcast import reshape_to_bitcast
 
 
 @dataclass
@@ -44,7 +45,8 @@ def compile_module(module: HloModule, *, policy: FusionPolicy | None = None, don
     """Transform `module` in place through every target-independent stage."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    stages = (default_pipeline() if optimize else []) + [fusion_pass(policy), multi_output_fusion, SCHEDULE]
+    stages = (default_pipeline() if optimize else []) + [fusion_pass(policy), multi_output_fusion,
+                                                         reshape_to_bitcast, SCHEDULE]
     run_pipeline(module, stages, dump_dir=dump_dir)
     seconds["passes, fusion, schedule"] = time.perf_counter() - start
     start = time.perf_counter()
