@@ -66,6 +66,12 @@ def _model_lines(model_runs: list[dict]) -> list[str]:
     return lines
 
 
+def _blas_text(libraries) -> str:
+    parts = [f"{b.get('internal_api', '?')} {b.get('version', '')} {b.get('architecture', '')} kernels, "
+             f"{b.get('num_threads', '?')} threads" if "note" not in b else b["note"] for b in libraries or []]
+    return "; ".join(parts) or "none loaded"
+
+
 def _failures(runs: list[dict]) -> list[str]:
     lines = []
     for r in runs:
@@ -109,6 +115,8 @@ def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_
             e = table[w.name]["row"].get(n)
             cells.append(f"{e['first_call_s'] * 1e3:.0f} ms" if e and "first_call_s" in e else "–")
         lines.append(f"| {w.name} | " + " | ".join(cells) + " |")
+    lines += ["", "BLAS in each framework's process (threadpoolctl):", ""]
+    lines += [f"- {r['framework']}: {_blas_text(r.get('blas'))}" for r in runs if "blas" in r]
     lines += _model_lines(list(model_runs))
     lines += _failures(runs) + _failures(list(model_runs))
     markdown = "\n".join(lines) + "\n"
