@@ -24,13 +24,14 @@ from ..errors import ArgumentError, TraceError
 from ..hlo.module import HloModule
 from ..hlo.printer import print_module
 from ..hlo.shape import ArrayShape
-from ..hlo.types import from_numpy_dtype
+from ..hlo.types import ELEMENT_TYPES, from_numpy_dtype
 from ..hlo.verifier import verify_module
 from ..runtime.analysis import cost_analysis, memory_analysis
 from .pytree import PyTreeDef, tree_flatten, tree_unflatten
 from .tracing import Trace, Tracer
 
 _DEFAULTS = {"backend": "cpu"}
+_ELEMENT_DTYPES = frozenset(t.np_dtype for t in ELEMENT_TYPES.values())
 
 
 def set_default_backend(name: str) -> None:
@@ -60,8 +61,9 @@ def _leaf_value(x: Any) -> tuple[np.ndarray, bool]:
     if isinstance(x, (int, float)) and not isinstance(x, (bool, np.generic)):
         return np.asarray(x), True
     arr = np.asarray(x)
-    # bfloat16 is a NumPy "V" (void) kind: ask the element types, not the kind letter.
-    if arr.dtype == object or (arr.dtype.kind in "USVOMmc" and arr.dtype.name != "bfloat16"):
+    # bfloat16 and ml_dtypes' 8-/4-bit floats and 4-/2-bit integers are NumPy "V" (void)
+    # kinds: ask the element types, not the kind letter.
+    if arr.dtype == object or (arr.dtype.kind in "USVOMmc" and arr.dtype not in _ELEMENT_DTYPES):
         raise ArgumentError(f"a {type(x).__name__} ({arr.dtype}) is not an array pyxla can compile for")
     return arr, False
 

@@ -10,15 +10,17 @@ from .ops import known_opcodes, op_def
 from .parser import parse_module
 from .printer import print_module
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, array, scalar
-from .types import (BF16, ELEMENT_TYPES, F16, F32, F64, PRED, S8, S16, S32, S64, U8, U16, U32, U64,
-                    ElementType, element_type, from_numpy_dtype)
+from .types import (BF16, ELEMENT_TYPES, F4E2M1FN, F8E3M4, F8E4M3, F8E4M3B11FNUZ, F8E4M3FN, F8E4M3FNUZ,
+                    F8E5M2, F8E5M2FNUZ, F16, F32, F64, PRED, S2, S4, S8, S16, S32, S64, U2, U4, U8, U16,
+                    U32, U64, ElementType, element_type, from_numpy_dtype)
 from .verifier import verify_module
 
 __all__ = [
     "ArrayShape", "BF16", "ConvDimensionNumbers", "ELEMENT_TYPES", "ElementType", "EvaluationError",
-    "F16", "F32", "F64", "HloBuilder", "HloComputation", "HloInstruction", "HloModule", "PRED",
-    "PadDim", "ParseError", "S16", "S32", "S64", "S8", "Shape", "ShapeError", "SliceDim",
-    "TokenShape", "TupleShape", "U16", "U32", "U64", "U8", "VerifierError", "WindowDim", "array",
+    "F16", "F32", "F4E2M1FN", "F64", "F8E3M4", "F8E4M3", "F8E4M3B11FNUZ", "F8E4M3FN", "F8E4M3FNUZ",
+    "F8E5M2", "F8E5M2FNUZ", "HloBuilder", "HloComputation", "HloInstruction", "HloModule", "PRED",
+    "PadDim", "ParseError", "S16", "S2", "S32", "S4", "S64", "S8", "Shape", "ShapeError", "SliceDim",
+    "TokenShape", "TupleShape", "U16", "U2", "U32", "U4", "U64", "U8", "VerifierError", "WindowDim", "array",
     "element_type", "evaluate_computation", "evaluate_module", "flatten_result", "from_numpy_dtype",
     "known_opcodes", "op_def", "parse_module", "print_module", "scalar", "scalar_computation",
     "verify_module",

@@ -34,7 +34,7 @@ from .computation import HloComputation
 from .instruction import HloInstruction
 from .module import HloModule
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, default_layout
-from .types import ELEMENT_TYPES, ElementType
+from .types import ELEMENT_TYPES, ElementType, integer_limits
 from .printer import FLOAT_FORMATS, utf8_bytes
 
 # Every opcode of XLA's HloOpcode list (xla/hlo/ir/hlo_opcode.h). The parser accepts these
@@ -61,8 +61,7 @@ xor
 
 # XLA element types pyxla does not implement: named as unsupported rather than unknown.
 _UNSUPPORTED_TYPES = frozenset("""
-s1 s2 s4 u1 u2 u4 c64 c128 f4e2m1fn f8e3m4 f8e4m3 f8e4m3fn f8e4m3b11fnuz f8e4m3fnuz f8e5m2
-f8e5m2fnuz f8e8m0fnu opaque
+s1 u1 c64 c128 f8e8m0fnu opaque
 """.split())
 
 _STACK_FRAME_SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
@@ -81,6 +80,7 @@ _NAME = re.compile(r"%(" + _SIGIL_NAME + r")|([A-Za-z_][\w.\-]*)", re.A)
 _WORD = re.compile(r"[A-Za-z_][\w.\-]*", re.A)
 _TYPE_WORD = re.compile(r"([A-Za-z][A-Za-z0-9]*)[ \t]*\[", re.A)
 _UINT = re.compile(r"\d+", re.A)
+_ELEMENT_SIZE = re.compile(r":\s*E\((\d+)\)\s*(?=})", re.A)
 _INT = re.compile(r"[-+]?\d+", re.A)
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _SCALAR = re.compile(r"-?(?:nan(?:\(0x[0-9a-fA-F]+\))?|inf)(?![\w.])|true(?![\w.])|false(?![\w.])"
@@ -383,7 +383,9 @@ class _Parser:
         """`{1,0}` after an array shape: minor_to_major, None when it is the default.
 
         A '{' is a layout only if a digit or '}' follows; otherwise it opens something else
-        (the body after a computation signature's result shape).
+        (the body after a computation signature's result shape). A 2- or 4-bit type's
+        element size, `{0:E(4)}` (XLA packs such arrays), is accepted and dropped: pyxla's
+        arrays of those types hold one element per byte, as ml_dtypes' do.
         """
         self.skip_ws()
         start = self.pos
@@ -400,7 +402,7 @@ class _Parser:
                 if self.accept(","):
                     continue
                 if self.peek() == ":":
-                    raise self.error("layout tiling and memory spaces (':' in a layout) are not supported")
+                    self.element_size(etype)
                 self.expect("}", "to close the layout")
                 break
         if sorted(order) != list(range(len(dims))):
@@ -409,6 +411,15 @@ class _Parser:
                                        f"of the dimensions of {shape_text}")
         order_t = tuple(order)
         return None if order_t == default_layout(len(dims)) else order_t
+
+    def element_size(self, etype: ElementType) -> None:
+        """`:E(bits)` in a layout, only as the element size of a sub-byte type."""
+        start = self.pos
+        m = _ELEMENT_SIZE.match(self.text, self.pos)
+        if m is None or etype.bits >= 8 or int(m.group(1)) != etype.bits:
+            raise self.error_at(start, "layout tiling and memory spaces (':' in a layout) are not supported "
+                                       "(only E(<bits>) of a 2- or 4-bit type)")
+        self.pos = m.end()
 
     # --- module -------------------------------------------------------------------------
     def module(self) -> HloModule:
@@ -916,25 +927,27 @@ def _elements_to_array(parser: _Parser, tokens: list[str], positions: list[int],
                 raise parser.error_at(pos, f"a pred literal element is true, false, 1 or 0, found '{tok}'")
         return np.array(values, dtype=np.bool_)
     if etype.is_integral:
-        info = np.iinfo(etype.np_dtype)
+        least, greatest = integer_limits(etype)
         values = []
         for tok, pos in zip(tokens, positions):
             if not _INT.fullmatch(tok):
                 raise parser.error_at(pos, f"expected an integer for a {etype.name} literal, found '{tok}'")
             v = _int(tok)
-            if not info.min <= v <= info.max:
+            if not least <= v <= greatest:
                 raise parser.error_at(pos, f"value {v} is out of range for {etype.name} "
-                                           f"[{info.min}, {info.max}]")
+                                           f"[{least}, {greatest}]")
             values.append(v)
-        return np.array(values, dtype=etype.np_dtype)
+        return np.array(values, dtype=np.int64 if etype.bits < 8 else etype.np_dtype).astype(etype.np_dtype)
     return _floats_to_array(parser, tokens, positions, etype)
 
 
 def _floats_to_array(parser: _Parser, tokens, positions, etype: ElementType) -> np.ndarray:
-    """Decimal -> double -> the target type, as XLA's parser rounds (f16/bf16 via f32).
+    """Decimal -> double -> the target type, as XLA's parser rounds (types narrower than f32
+    via f32). A finite value that rounds past the type's largest value is out of range.
 
     NaNs get their exact bits: sign, all-ones exponent, and the payload written as
-    `nan(0x..)` or, by default, the quiet bit alone.
+    `nan(0x..)` or, by default, the quiet bit alone. The fn and fnuz types have no payloads
+    (f8e4m3fn has a NaN of each sign, the fnuz types one NaN).
     """
     fmt = FLOAT_FORMATS[etype.name]
     doubles = []
@@ -946,12 +959,14 @@ def _floats_to_array(parser: _Parser, tokens, positions, etype: ElementType) -> 
             negative = tok.startswith("-")
             payload = fmt.quiet_nan_payload
             if "(" in tok:
+                if not fmt.nan_payloads:
+                    raise parser.error_at(pos, f"{etype.name} has no NaN payloads, found '{tok}'")
                 payload = int(tok[tok.index("(") + 3:-1], 16)
                 if not 0 < payload < (1 << fmt.mantissa_bits):
                     raise parser.error_at(pos, f"NaN payload {payload:#x} does not fit the "
                                                f"{fmt.mantissa_bits} mantissa bits of {etype.name}")
             nans.append((i, negative, payload))
-            doubles.append(math.nan)
+            doubles.append(-math.nan if negative else math.nan)
         else:
             value = float(tok)
             if math.isinf(value) and "inf" not in tok:
@@ -960,14 +975,25 @@ def _floats_to_array(parser: _Parser, tokens, positions, etype: ElementType) -> 
     with np.errstate(over="ignore", invalid="ignore"):
         wide = np.array(doubles, dtype=np.float64)
         arr = wide if etype.name == "f64" else wide.astype(np.float32)
-        if etype.name in ("f16", "bf16"):
+        if etype.bits < 32:
             arr = arr.astype(etype.np_dtype)
-        overflow = np.isinf(arr.astype(np.float64)) & np.isfinite(wide)
+        # (inf for IEEE types, NaN for the fn/fnuz ones; f4e2m1fn saturates instead)
+        overflow = ~np.isfinite(arr.astype(np.float64)) & np.isfinite(wide)
+        if etype.float_format.nan == "none":
+            overflow |= np.abs(wide.astype(np.float32)) >= _saturation_threshold(etype)
     if overflow.any():
         i = int(np.argmax(overflow))
         raise parser.error_at(positions[i], f"value {tokens[i]} is out of range for {etype.name}")
-    if nans:
+    if nans and fmt.nan_payloads:
         bits = arr.view(fmt.uint_dtype)
         for i, negative, payload in nans:
             bits[i] = fmt.nan_bits(negative, payload)
     return arr
+
+
+def _saturation_threshold(etype: ElementType) -> float:
+    """For a type without inf or NaN: the least magnitude that rounds past its largest value
+    (the largest value plus half its ulp; its mantissa is all ones, so the tie rounds up)."""
+    fmt = etype.float_format
+    largest, below = np.array([fmt.max_finite_bits, fmt.max_finite_bits - 1], np.uint8).view(etype.np_dtype)
+    return float(largest) + (float(largest) - float(below)) / 2

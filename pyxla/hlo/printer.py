@@ -29,18 +29,21 @@ from .attributes import attribute_kind
 from .computation import HloComputation
 from .instruction import HloInstruction
 from .shape import ArrayShape, TupleShape
-from .types import ElementType
+from .types import LOW_PRECISION_FLOATS, ElementType
 
 
 @dataclass(frozen=True)
 class FloatFormat:
     """Bit layout of a float type and the digits XLA prints it with (xla/util.cc
-    RoundTripFpToString: `%.{short}g` when that round-trips, else `%.{long}g`)."""
+    RoundTripFpToString: `%.{short}g` when that round-trips, else `%.{long}g`, the long
+    form being max_digits10). NaN payloads print (and parse) for the IEEE-like types only:
+    the fn and fnuz types have one NaN per sign (or one NaN)."""
     uint_dtype: Any
     bits: int
     mantissa_bits: int
     short_digits: int | None
     long_digits: int
+    nan_payloads: bool = True
 
     @property
     def quiet_nan_payload(self) -> int:
@@ -57,6 +60,12 @@ FLOAT_FORMATS = {
     "f32": FloatFormat(np.uint32, 32, 23, 6, 9),
     "f64": FloatFormat(np.uint64, 64, 52, 15, 17),
 }
+for _t in LOW_PRECISION_FLOATS:
+    # max_digits10 = 2 + floor(digits * log10(2)), digits counting the implicit bit (as
+    # ml_dtypes' numeric_limits, which XLA prints with; it gives the four above as well).
+    FLOAT_FORMATS[_t.name] = FloatFormat(np.uint8, _t.bits, _t.float_format.mantissa_bits, None,
+                                         2 + (_t.float_format.mantissa_bits + 1) * 30103 // 100000,
+                                         _t.float_format.nan == "ieee")
 
 _BARE_NAME = re.compile(r"[A-Za-z_][\w.\-]*", re.A)
 _KEYWORDS = frozenset({"ROOT", "ENTRY", "HloModule"})
@@ -273,8 +282,8 @@ def element_texts(arr: np.ndarray, etype: ElementType | None) -> list[str]:
         if arr.ndim == 0:
             return ["true" if bool(flat[0]) else "false"]
         return ["1" if b else "0" for b in flat.tolist()]
-    if arr.dtype.kind in "iu":
-        return [str(v) for v in flat.tolist()]
+    if arr.dtype.kind in "iu" or kind in ("signed", "unsigned"):
+        return [str(int(v)) for v in flat.tolist()]
     name = etype.name if etype is not None else {2: "f16", 4: "f32", 8: "f64"}[arr.dtype.itemsize]
     return _float_texts(flat, name)
 
@@ -291,7 +300,7 @@ def _float_texts(flat: np.ndarray, type_name: str) -> list[str]:
         if v != v:
             payload = b & mantissa_mask
             text = ("-" if b & sign_bit else "") + "nan"
-            if payload != fmt.quiet_nan_payload:
+            if fmt.nan_payloads and payload != fmt.quiet_nan_payload:
                 text += f"(0x{payload:x})"
             out.append(text)
         elif v in (float("inf"), float("-inf")):

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ...hlo.types import ElementType
+from ...hlo.types import F32, ElementType
 from .elemental import RULES, ElementalEmitter, etype
-from .ir_types import F16, I16, I32, i64, storage_type, to_compute
+from .ir_types import F16, I16, I32, i64, storage_type, to_compute, to_storage
 
 MANTISSA_BITS = {"f16": 10, "bf16": 7, "f32": 23, "f64": 52}
 
@@ -33,6 +33,9 @@ def as_bits(b: ir.IRBuilder, value: ir.Value, t: ElementType) -> ir.Value:
         return b.trunc(b.lshr(b.bitcast(value, I32), ir.Constant(I32, 16)), I16)
     if t.name == "f16":
         return b.bitcast(b.fptrunc(value, F16), I16)   # exact: the value is an f16
+    if t.bits < 16:   # 8- and 4-bit floats: their stored byte (exact), cut to the width
+        stored = to_storage(b, value, t)
+        return stored if t.bits == 8 else b.trunc(stored, ir.IntType(t.bits))
     return b.bitcast(value, ir.IntType(t.bits))
 
 
@@ -42,6 +45,8 @@ def from_bits(b: ir.IRBuilder, bits: ir.Value, t: ElementType) -> ir.Value:
         return bits
     if t.name == "bf16":
         return to_compute(b, bits, t)
+    if t.bits < 16:
+        return to_compute(b, bits if t.bits == 8 else b.zext(bits, storage_type(t)), t)
     return to_compute(b, b.bitcast(bits, storage_type(t)), t)
 
 
@@ -106,6 +111,10 @@ def reduce_precision_bits(b: ir.IRBuilder, bits: ir.Value, t: ElementType, expon
 def _reduce_precision(e: ElementalEmitter, instr, index):
     b = e.b
     t = etype(instr)
+    if t.bits < 16:
+        # 8- and 4-bit floats (not all IEEE layouts): rounded as their f32 value, which the
+        # emitter stores back to t, as the evaluator does.
+        t = F32
     bits = as_bits(b, e.value(instr.operands[0], index), t)
     rounded = reduce_precision_bits(b, bits, t, instr.attrs["exponent_bits"], instr.attrs["mantissa_bits"])
     return from_bits(b, rounded, t)

@@ -59,6 +59,7 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
 from ...hlo.ops.registry import op_def
 from ...hlo.shape import ArrayShape, TupleShape
+from ...hlo.types import integer_limits
 from ...runtime.analysis import byte_size
 from .blas import emit_gemm
 from .control_flow import (CONTROL_FLOW, VIEWS, Frame, Leaf, align, copy_array, plan_memory,
@@ -760,8 +761,8 @@ def _identity(opcode: str, t):
         return {"and": 1, "maximum": 0, "minimum": 1}[opcode]
     if t.is_float:
         return {"maximum": -np.inf, "minimum": np.inf}.get(opcode)
-    info = np.iinfo(t.np_dtype)
-    return {"and": -1 if info.min < 0 else info.max, "maximum": info.min, "minimum": info.max}[opcode]
+    least, greatest = integer_limits(t)
+    return {"and": -1 if least < 0 else greatest, "maximum": least, "minimum": greatest}[opcode]
 
 
 def _prod(dims) -> int:

@@ -81,7 +81,7 @@ class ElementalEmitter:
             raise Unsupported(f"the CPU backend cannot emit {instr.opcode} inside a kernel yet "
                               f"({instr.describe()})")
         result = rule(self, instr, index)
-        if isinstance(instr.shape, ArrayShape) and instr.shape.dtype.name in ("f16", "bf16") \
+        if isinstance(instr.shape, ArrayShape) and instr.shape.dtype.computes_in_f32 \
                 and instr.opcode not in ("parameter", "constant"):
             # every HLO op rounds its result to its own type; f32 is only how it is computed
             t = instr.shape.dtype
@@ -354,7 +354,7 @@ def convert(e: ElementalEmitter, x, src: ElementType, dst: ElementType):
         return b.icmp_unsigned("!=", x, _const(sty, 0))
     if src.is_float and dst.is_float:
         if sty == dty:
-            # f32 -> f16/bf16 rounding happens on store; f16 -> f32 is exact
+            # f32 -> narrower float rounding happens on store; the way back is exact
             return x
         return b.fpext(x, dty) if dty == F64 else b.fptrunc(x, dty)
     if src.is_float:

@@ -1,13 +1,18 @@
 """How HLO element types live in LLVM IR: a storage type (in memory) and a compute type.
 
 pred is stored as a byte and computed as i1; f16 is stored as half and bf16 as i16, both
-computed in f32 (XLA's CPU backend does the same), rounded to nearest even on store.
+computed in f32 (XLA's CPU backend does the same), rounded to nearest even on store. The
+8- and 4-bit floats are stored as a byte each and computed in f32 too (low_precision.py
+converts). The 4- and 2-bit integers are stored as a byte each, the value in its low bits
+and the high bits zero (ml_dtypes' layout, so arrays pass to and from NumPy as they are),
+and computed as i4/i2, so their arithmetic wraps at their own width.
 """
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
 from ...hlo.types import ElementType
+from .low_precision import f32_to_narrow_bits, narrow_bits_to_f32
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -22,10 +27,10 @@ VOID = ir.VoidType()
 
 
 def storage_type(t: ElementType) -> ir.Type:
-    if t.is_pred:
+    if t.is_pred or t.bits < 8:
         return I8
     if t.is_float:
-        return {"f16": F16, "bf16": I16, "f32": F32, "f64": F64}[t.name]
+        return {"f16": F16, "bf16": I16, "f32": F32, "f64": F64}.get(t.name, I8)
     return ir.IntType(t.bits)
 
 
@@ -49,17 +54,25 @@ def to_compute(b: ir.IRBuilder, value: ir.Value, t: ElementType) -> ir.Value:
         return b.fpext(value, F32)
     if t.name == "bf16":
         return b.bitcast(b.shl(b.zext(value, I32), ir.Constant(I32, 16)), F32)
+    if t.is_float and t.bits < 16:
+        return narrow_bits_to_f32(b, value, t.float_format)
+    if t.bits < 8:
+        return b.trunc(value, ir.IntType(t.bits))
     return value
 
 
 def to_storage(b: ir.IRBuilder, value: ir.Value, t: ElementType) -> ir.Value:
-    """A computed value as the storage type (f16/bf16 rounded to nearest even)."""
+    """A computed value as the storage type (narrow floats rounded to nearest even)."""
     if t.is_pred:
         return b.zext(value, I8)
     if t.name == "f16":
         return b.fptrunc(value, F16)
     if t.name == "bf16":
         return f32_to_bf16_bits(b, value)
+    if t.is_float and t.bits < 16:
+        return f32_to_narrow_bits(b, value, t.float_format, I8)
+    if t.bits < 8:
+        return b.zext(value, I8)
     return value
 
 

@@ -31,7 +31,7 @@ import scipy.special
 
 from ...errors import ShapeError
 from ..shape import ArrayShape, Shape
-from ..types import PRED, ElementType, from_numpy_dtype
+from ..types import PRED, ElementType, from_numpy_dtype, integer_limits
 from .numeric import convert_elements, narrow, signed_bits, unsigned_bits, widen
 from .registry import OpDef, register, require_declared
 
@@ -162,11 +162,22 @@ def _sign_bit(x: np.ndarray):
 
 
 def _float_abs(etype, x):
+    if etype.bits < 16:
+        return _through_f32(np.abs, etype, x)
     return (unsigned_bits(x) & ~_sign_bit(x)).view(x.dtype)
 
 
 def _float_negate(etype, x):
+    if etype.bits < 16:
+        return _through_f32(np.negative, etype, x)
     return (unsigned_bits(x) ^ _sign_bit(x)).view(x.dtype)
+
+
+def _through_f32(fn, etype, x):
+    """A sign operation on an 8- or 4-bit float, computed in f32 as the CPU backend does:
+    its sign bit is not always the byte's top bit (f4e2m1fn), and the fnuz types have no
+    negative zero (-0 is +0) and one NaN."""
+    return narrow(fn(x.astype(np.float32)), etype)
 
 
 def _float_sign(x):
@@ -255,7 +266,7 @@ def _float_minimum(a, b):
 def _division_guards(etype, x, y):
     """(y == 0, INT_MIN / -1, a divisor safe for NumPy): the cases XLA defines itself."""
     by_zero = y == 0
-    overflow = (x == np.iinfo(etype.np_dtype).min) & (y == -1) if etype.is_signed else np.False_
+    overflow = (x == integer_limits(etype)[0]) & (y == -1) if etype.is_signed else np.False_
     return by_zero, overflow, np.where(by_zero | overflow, 1, y)
 
 
@@ -399,6 +410,8 @@ def _compare_evaluate(instr, operands, ctx):
     etype = from_numpy_dtype(a.dtype)
     if etype.is_float:
         if instr.attrs.get("type") == "TOTALORDER":
+            if etype.bits < 16:   # ordered as their f32 values, as the CPU backend compares them
+                a, b = a.astype(np.float32), b.astype(np.float32)
             a, b = _total_order_key(a), _total_order_key(b)
         else:   # IEEE: NaN unordered, -0 == +0, and DAZ like any float instruction
             a, b = widen(a), widen(b)
@@ -494,7 +507,7 @@ def _bitcast_convert_shape(operand_shapes, attrs, declared):
     for etype in (x.dtype, dtype):
         if etype.is_pred:
             raise ShapeError("bitcast-convert: pred has no defined bit pattern to reinterpret")
-    src, dst = x.dtype.bytes, dtype.bytes
+    src, dst = x.dtype.bits, dtype.bits
     if src == dst:
         dims = x.dims
     elif src > dst:   # each element becomes src/dst narrow elements along a new minor dim
@@ -511,12 +524,34 @@ def _bitcast_convert_evaluate(instr, operands, ctx):
     if sys.byteorder != "little":
         raise NotImplementedError("bitcast-convert between widths on a big-endian host")
     x = np.asarray(operands[0], order="C")   # (np.ascontiguousarray would make a scalar 1-d)
-    dtype = instr.shape.dtype.np_dtype
-    if x.dtype.itemsize == dtype.itemsize:
-        return x.view(dtype)
+    src, dst = from_numpy_dtype(x.dtype), instr.shape.dtype
+    dtype = dst.np_dtype
+    if src.bits == dst.bits:
+        return x.view(dtype)   # sub-byte types: the same low bits of each byte
+    if min(src.bits, dst.bits) < 8:
+        return _bitcast_sub_byte(x, src, dst)
     if x.dtype.itemsize > dtype.itemsize:   # little-endian: piece [..., 0] is the lowest byte
         return x[..., np.newaxis].view(dtype)
     return x.view(dtype)[..., 0]
+
+
+def _bitcast_sub_byte(x: np.ndarray, src: ElementType, dst: ElementType) -> np.ndarray:
+    """bitcast-convert where one side is narrower than a byte: the pieces are cut from (or
+    joined into) the bit patterns with shifts, piece [..., 0] holding the lowest bits. A
+    2- or 4-bit element is stored one per byte in its low bits (ml_dtypes' layout)."""
+    def pattern(a, bits):   # the bit patterns of a, as uint64
+        return (unsigned_bits(a).astype(np.uint64) & np.uint64((1 << bits) - 1))
+
+    def of_pattern(p, t):   # the elements of type t whose bit patterns are p
+        container = np.dtype(f"u{t.np_dtype.itemsize}")
+        return p.astype(container).view(t.np_dtype)
+
+    bits = pattern(x, src.bits)
+    if src.bits > dst.bits:
+        shifts = np.arange(src.bits // dst.bits, dtype=np.uint64) * np.uint64(dst.bits)
+        return of_pattern((bits[..., np.newaxis] >> shifts) & np.uint64((1 << dst.bits) - 1), dst)
+    shifts = np.arange(dst.bits // src.bits, dtype=np.uint64) * np.uint64(src.bits)
+    return of_pattern(np.bitwise_or.reduce(bits << shifts, axis=-1), dst)
 
 
 register(OpDef("bitcast-convert", "elementwise", _bitcast_convert_shape, _bitcast_convert_evaluate,
@@ -571,9 +606,16 @@ def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> n
 
 
 def _reduce_precision_evaluate(instr, operands, ctx):
+    x = np.asarray(operands[0])
+    etype = from_numpy_dtype(x.dtype)
     with np.errstate(all="ignore"):
-        return np.asarray(reduce_precision(np.asarray(operands[0]), instr.attrs["exponent_bits"],
-                                           instr.attrs["mantissa_bits"]))
+        if etype.bits < 16:
+            # The 8- and 4-bit floats are not IEEE layouts (fn, fnuz): rounded as their f32
+            # values, then stored back, as the CPU backend computes them.
+            rounded = reduce_precision(x.astype(np.float32), instr.attrs["exponent_bits"],
+                                       instr.attrs["mantissa_bits"])
+            return np.asarray(narrow(rounded, etype))
+        return np.asarray(reduce_precision(x, instr.attrs["exponent_bits"], instr.attrs["mantissa_bits"]))
 
 
 register(OpDef("reduce-precision", "elementwise", _reduce_precision_shape, _reduce_precision_evaluate,

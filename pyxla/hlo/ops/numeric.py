@@ -2,13 +2,15 @@
 
 - f32/f64 arithmetic flushes subnormals: inputs are read as zero (DAZ) and subnormal
   results become signed zeros (FTZ). Bit operations (negate, abs, select, copies) keep them.
-- f16 and bf16 arithmetic runs in f32 and is rounded back to the narrow type.
+- f16, bf16 and the 8- and 4-bit floats are storage types: arithmetic runs in f32 and is
+  rounded back to the narrow type (ml_dtypes rounds f32 to the 8- and 4-bit floats as XLA
+  does).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..types import BF16, F32, ElementType
+from ..types import BF16, F32, ElementType, from_numpy_dtype, integer_limits
 
 _TINY = {np.dtype(np.float32): np.finfo(np.float32).tiny, np.dtype(np.float64): np.finfo(np.float64).tiny}
 
@@ -27,27 +29,33 @@ def flush_denormals(x: np.ndarray) -> np.ndarray:
 
 def compute_dtype(etype: ElementType) -> np.dtype:
     """The dtype XLA's CPU backend does arithmetic in for values of `etype`."""
-    if etype.is_float and etype.bits == 16:
+    if etype.computes_in_f32:
         return np.dtype(np.float32)
     return etype.np_dtype
 
 
+def is_float_array(x: np.ndarray) -> bool:
+    """Whether x holds floats (ml_dtypes' float types are NumPy "V" kinds, not "f")."""
+    return x.dtype.kind == "f" or (x.dtype.kind == "V" and from_numpy_dtype(x.dtype).is_float)
+
+
 def widen(x: np.ndarray) -> np.ndarray:
-    """A float operand as it takes part in arithmetic: f16/bf16 widened to f32, DAZ applied."""
+    """A float operand as it takes part in arithmetic: narrow floats widened to f32, DAZ applied."""
     x = np.asarray(x)
-    if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
-        if x.dtype.itemsize == 2:
-            # f16 subnormals are normal f32 values; bf16 ones are f32 subnormals, which DAZ zeroes.
+    if is_float_array(x):
+        if x.dtype.itemsize < 4:
+            # f16 and 8-/4-bit float subnormals are normal f32 values; bf16 ones are f32
+            # subnormals, which DAZ zeroes.
             return flush_denormals(x.astype(np.float32))
         return flush_denormals(x)
     return x
 
 
 def narrow(x: np.ndarray, etype: ElementType) -> np.ndarray:
-    """An arithmetic result stored as `etype`: FTZ for f32/f64, rounding for f16/bf16."""
+    """An arithmetic result stored as `etype`: FTZ for f32/f64, rounding for narrower floats."""
     x = np.asarray(x)
     if etype.is_float:
-        if etype.bits == 16:
+        if etype.computes_in_f32:
             # The f32 result is flushed before rounding (bf16 shares f32's exponent range).
             return flush_denormals(x.astype(np.float32)).astype(etype.np_dtype)
         return flush_denormals(x.astype(etype.np_dtype))
@@ -76,7 +84,8 @@ def convert_elements(x: np.ndarray, source: ElementType, target: ElementType) ->
     - to pred: x != 0 (NaN is true; an f32/f64 subnormal reads as zero: DAZ).
     - pred to a number: 0 or 1.
     - integer to integer: two's complement wrap or extension by the source's signedness.
-    - integer to float: one rounding to nearest even; to bf16 through f32, as XLA does.
+    - integer to float: one rounding to nearest even; to bf16 and the 8- and 4-bit floats
+      through f32, as XLA does (exact for every integer those types do not overflow at).
     - float to integer: truncation toward zero, saturating at the target's range, NaN -> 0.
     - float to float: see _float_to_float.
     """
@@ -90,11 +99,15 @@ def convert_elements(x: np.ndarray, source: ElementType, target: ElementType) ->
     if target.is_float:
         if source.is_float:
             return _float_to_float(x, source, target)
-        if target == BF16:
+        if target == BF16 or target.bits < 16:
             return x.astype(np.float32).astype(target.np_dtype)
         return x.astype(target.np_dtype)
     if source.is_float:
         return _float_to_int_saturating(x, target)
+    if target.bits < 8 or source.bits < 8:
+        # ml_dtypes casts between the 2- and 4-bit integers and the others only through a
+        # NumPy integer; int64 holds every value, so the wrap is the target's.
+        x = x.astype(np.int64)
     return x.astype(target.np_dtype)
 
 
@@ -105,13 +118,18 @@ def _hardware_float_cast(x: np.ndarray, dtype) -> np.ndarray:
 
 def _float_to_float(x: np.ndarray, source: ElementType, target: ElementType) -> np.ndarray:
     """bf16 -> f32 and f32 -> bf16 are bit operations in XLA (they keep subnormals); the
-    other conversions are conversion instructions (DAZ/FTZ). bf16 to or from anything but
-    f32 goes through f32, so f64 -> bf16 rounds twice, as XLA does."""
-    if source == BF16:
+    other conversions between f16, f32 and f64 are conversion instructions (DAZ/FTZ). bf16
+    to or from anything but f32 goes through f32, so f64 -> bf16 rounds twice, as XLA does.
+
+    The 8- and 4-bit floats convert through f32 too: to f32 exactly, from f32 with one
+    rounding to nearest even (ml_dtypes; overflow -> inf where the type has one, NaN for the
+    fn/fnuz types, the largest finite value for f4e2m1fn), so f64 -> f8 rounds twice, as
+    ml_dtypes does."""
+    if source == BF16 or source.bits < 16:
         x, source = x.astype(np.float32), F32
         if target == F32:
             return x
-    if target == BF16:
+    if target == BF16 or target.bits < 16:
         if source != F32:
             x = _hardware_float_cast(x, np.float32)
         return x.astype(target.np_dtype)
@@ -119,14 +137,14 @@ def _float_to_float(x: np.ndarray, source: ElementType, target: ElementType) -> 
 
 
 def _float_to_int_saturating(x: np.ndarray, target: ElementType) -> np.ndarray:
-    info = np.iinfo(target.np_dtype)
+    least, greatest = integer_limits(target)
     v = x.astype(np.float64)   # exact for every float type
     # Values at or past a limit saturate. XLA compares with the limit rounded to the source
     # type (INT32_MAX as f32 is 2**31); no float lies between a limit and its rounding, so
     # comparing in f64 picks the same elements, and every value inside truncates into range.
-    lo, hi = float(info.min), float(info.max)
+    lo, hi = float(least), float(greatest)
     inside = (v > lo) & (v < hi)
     truncated = np.trunc(np.where(inside, v, 0.0)).astype(target.np_dtype)
-    low = np.array(info.min, target.np_dtype)
-    high = np.array(info.max, target.np_dtype)
+    low = np.array(least, target.np_dtype)
+    high = np.array(greatest, target.np_dtype)
     return np.where(v <= lo, low, np.where(v >= hi, high, truncated))   # NaN: neither, so 0
