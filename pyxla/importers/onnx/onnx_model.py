@@ -13,6 +13,10 @@ are known to the converters as NumPy arrays, so everything computed only from we
 is computed once, in NumPy, when the model is imported; the large arrays that result are
 then passed to the executable as parameters rather than embedded in the module as
 constants, which keeps compilation fast (see PARAMETER_MIN_ELEMENTS).
+
+A sequence value (an input, output or intermediate of sequence type) is a Python list of
+arrays, its length part of the signature: each element is traced as an array of its own.
+An optional value is its content, or None when empty.
 """
 from __future__ import annotations
 
@@ -44,14 +48,20 @@ PARAMETER_MIN_ELEMENTS = 4096
 @dataclass(frozen=True)
 class InputSpec:
     """A graph input as the model declares it: name, element type and dimensions, each an
-    int (dim_value), a str (dim_param) or None (unknown)."""
+    int (dim_value), a str (dim_param) or None (unknown). A sequence's dtype and dims are
+    its elements'; an optional's content is `element`."""
     name: str
     dtype: np.dtype | None
     dims: tuple[int | str | None, ...] | None    # None: the rank is not declared either
+    kind: str = "tensor"                         # "tensor", "sequence" or "optional"
+    element: InputSpec | None = None             # an optional's content
 
     def describe(self) -> str:
+        if self.kind == "optional":
+            return f"{self.name}: optional({self.element.describe().split(': ', 1)[1]})"
         dims = "?" if self.dims is None else "[" + ", ".join("?" if d is None else str(d) for d in self.dims) + "]"
-        return f"{self.name}: {self.dtype or '?'}{dims}"
+        tensor = f"{self.dtype or '?'}{dims}"
+        return f"{self.name}: " + (f"sequence({tensor})" if self.kind == "sequence" else tensor)
 
 
 @dataclass
@@ -60,10 +70,13 @@ class CompiledSignature:
     executable: Any
     module: HloModule            # as traced, weights as parameters (before optimisation)
     optimized: HloModule         # as it runs
-    traced_inputs: list[str]     # the inputs passed to the executable, in parameter order
+    # the arrays passed to the executable, in parameter order: (input name, element index
+    # in a sequence input or None)
+    traced_inputs: list[tuple[str, int | None]]
     weights: list[np.ndarray]    # the parameters after them
-    traced_outputs: list[str]    # outputs the executable computes, in its result order
-    known_outputs: dict[str, np.ndarray] = field(default_factory=dict)   # outputs known at import
+    # how to assemble each output (see _output_layout): from the executable's results and
+    # values known at import
+    outputs: dict[str, Any] = field(default_factory=dict)
     compile_seconds: float = 0.0
 
 
@@ -106,10 +119,9 @@ class OnnxModel:
         """The outputs for inputs `feeds` (name -> array), as a dict in output order."""
         arrays = self._check_inputs(feeds)
         sig = self._signature(arrays)
-        outs = sig.executable.run_unchecked([arrays[n] for n in sig.traced_inputs] + sig.weights)
-        computed = dict(zip(sig.traced_outputs, outs))
-        return {name: computed[name] if name in computed else sig.known_outputs[name].copy()
-                for name in self.output_names}
+        leaves = [arrays[n] if i is None else arrays[n][i] for n, i in sig.traced_inputs]
+        outs = sig.executable.run_unchecked(leaves + sig.weights)
+        return {name: _assemble(sig.outputs[name], outs) for name in self.output_names}
 
     def compile(self, feeds: Mapping[str, Any] | None = None) -> CompiledSignature:
         """The executable for these inputs' shapes and dtypes (by default the declared shapes,
@@ -123,7 +135,7 @@ class OnnxModel:
         return (sig.optimized if optimized else sig.module).to_text()
 
     # --- inputs ------------------------------------------------------------------------------
-    def _check_inputs(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _check_inputs(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise ArgumentError(f"missing input {missing[0]!r}; the model's inputs are "
@@ -132,22 +144,22 @@ class OnnxModel:
         if unknown:
             raise ArgumentError(f"the model has no input {unknown[0]!r}; its inputs are "
                                 + ", ".join(s.describe() for s in self.inputs))
-        arrays: dict[str, np.ndarray] = {}
+        arrays: dict[str, Any] = {}
         symbols: dict[str, tuple[int, str]] = {}
         for spec in self.inputs + [self.overridable[n] for n in feeds if n in self.overridable]:
-            arrays[spec.name] = _check_input(spec, feeds[spec.name], symbols)
+            arrays[spec.name] = _check_value(spec, feeds[spec.name], symbols)
         return arrays
 
     def _example_feeds(self) -> dict[str, np.ndarray]:
         feeds = {}
         for s in self.inputs:
-            if s.dims is None or not all(isinstance(d, int) for d in s.dims) or s.dtype is None:
+            if s.kind != "tensor" or s.dims is None or not all(isinstance(d, int) for d in s.dims) or s.dtype is None:
                 raise ArgumentError(f"input {s.describe()} has no fixed shape: give example inputs")
             feeds[s.name] = np.zeros(s.dims, s.dtype)
         return feeds
 
     # --- compiling ---------------------------------------------------------------------------
-    def _signature(self, arrays: dict[str, np.ndarray]) -> CompiledSignature:
+    def _signature(self, arrays: dict[str, Any]) -> CompiledSignature:
         """The executable for these inputs. An input whose value a converter needs (a
         Reshape target, Slice bounds, axes fed as an input) becomes static: its value is
         part of the cache key and known while tracing, as jit's static arguments are."""
@@ -155,13 +167,13 @@ class OnnxModel:
         while True:
             traced = [n for n in fed if n not in self.static_inputs]
             static = {n: arrays[n] for n in fed if n in self.static_inputs}
-            key = tuple((n, arrays[n].shape, arrays[n].dtype.str) for n in traced) + \
-                tuple((n, a.shape, a.dtype.str, a.tobytes()) for n, a in static.items())
+            key = tuple((n, _value_key(arrays[n], False)) for n in traced) + \
+                tuple((n, _value_key(v, True)) for n, v in static.items())
             sig = self._compiled.get(key)
             if sig is not None:
                 return sig
             try:
-                sig = self._trace_and_compile(traced, [arrays[n] for n in traced], static)
+                sig = self._trace_and_compile({n: arrays[n] for n in traced}, static)
             except NeedsKnownValue as e:
                 more = self._inputs_behind(e, arrays) - self.static_inputs
                 if not more:
@@ -171,7 +183,7 @@ class OnnxModel:
             self._compiled[key] = sig
             return sig
 
-    def _inputs_behind(self, error: NeedsKnownValue, arrays: dict[str, np.ndarray]) -> set[str]:
+    def _inputs_behind(self, error: NeedsKnownValue, arrays: dict[str, Any]) -> set[str]:
         """The graph inputs that the value a converter needs is computed from: the input
         itself, or the integer (or tiny) inputs among its ancestors."""
         name = getattr(error, "value_name", None)
@@ -187,34 +199,89 @@ class OnnxModel:
             if n in producers:
                 stack.extend(i for i in producers[n].input if i)
         candidates = ancestors if name in producers else set(arrays)
-        return {n for n in candidates if n in arrays and (arrays[n].dtype.kind in "iub" or arrays[n].size <= 16)}
+        return {n for n in candidates if n in arrays and arrays[n] is not None
+                and all(a.dtype.kind in "iub" or a.size <= 16 for a in _leaves(arrays[n]))}
 
-    def _trace_and_compile(self, names: list[str], arrays: list[np.ndarray],
-                           static: dict[str, np.ndarray]) -> CompiledSignature:
-        known_outputs: dict[str, np.ndarray] = {}
-        traced_outputs: list[str] = []
+    def _trace_and_compile(self, traced: dict[str, Any], static: dict[str, Any]) -> CompiledSignature:
+        """Trace the graph with the `traced` inputs as the executable's parameters (a
+        sequence's elements one parameter each) and the `static` ones known."""
+        leaf_names = [(n, None if isinstance(v, np.ndarray) else i)
+                      for n, v in traced.items() for i in range(len(_leaves(v)))]
+        leaf_arrays = [a for v in traced.values() for a in _leaves(v)]
+        outputs: dict[str, Any] = {}
 
         def graph_fn(*values):
-            env = ChainMap(dict(zip(names, values)), static, self.initializers)
+            env = ChainMap(_unflatten(traced, list(values)), static, self.initializers)
             scope = self.importer.run_graph(self.proto.graph, env)
-            results = []
+            results: list[Tracer] = []
             for name in self.output_names:
-                value = self.importer.lookup(scope, name, "graph output")
-                if isinstance(value, Tracer):
-                    traced_outputs.append(name)
-                    results.append(value)
-                elif isinstance(value, (np.ndarray, np.generic)):
-                    known_outputs[name] = np.asarray(value)
-                else:
-                    raise OnnxImportError(f"graph output {name!r} is a {type(value).__name__}, not a tensor")
+                outputs[name] = _output_layout(self.importer.lookup(scope, name, "graph output"), results,
+                                               f"graph output {name!r}")
             return tuple(results)
 
         graph_fn.__name__ = _identifier(self.proto.graph.name or "onnx_graph")
-        lowered = jit(graph_fn, backend=self.backend).lower(*arrays)
+        lowered = jit(graph_fn, backend=self.backend).lower(*leaf_arrays)
         weights = constants_to_parameters(lowered.module, PARAMETER_MIN_ELEMENTS)
         compiled = lowered.compile()          # compiles a copy: lowered.module stays as imported
-        return CompiledSignature(compiled.executable, lowered.module, compiled.module, names, weights, traced_outputs,
-                                 known_outputs, compiled.compile_seconds)
+        return CompiledSignature(compiled.executable, lowered.module, compiled.module, leaf_names, weights, outputs,
+                                 compiled.compile_seconds)
+
+
+# --- sequences and optionals ---------------------------------------------------------------------
+
+def _leaves(value: Any) -> list[np.ndarray]:
+    """The arrays of an input value: a tensor, a sequence's elements, or none (empty optional)."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _value_key(value: Any, by_value: bool) -> tuple:
+    """An input's part of the signature: kind, shapes and dtypes (and contents when static)."""
+    def one(a: np.ndarray) -> tuple:
+        return (a.shape, a.dtype.str) + ((a.tobytes(),) if by_value else ())
+    if value is None:
+        return ("none",)
+    if isinstance(value, list):
+        return ("sequence",) + tuple(one(a) for a in value)
+    return one(value)
+
+
+def _unflatten(inputs: dict[str, Any], values: list[Any]) -> dict[str, Any]:
+    """The traced parameters regrouped as the inputs: tensors, lists for sequences, None."""
+    out, k = {}, 0
+    for name, value in inputs.items():
+        n = len(_leaves(value))
+        out[name] = None if value is None else list(values[k:k + n]) if isinstance(value, list) else values[k]
+        k += n
+    return out
+
+
+def _output_layout(value: Any, results: list, what: str) -> Any:
+    """How to assemble an output after a run: ("traced", k) is the executable's k-th result
+    (appended to `results`), ("known", array) a value known at import, ("none",) an empty
+    optional, ("sequence", [layouts]) a list."""
+    if isinstance(value, Tracer):
+        results.append(value)
+        return ("traced", len(results) - 1)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return ("known", np.array(value))
+    if value is None:
+        return ("none",)
+    if isinstance(value, list):
+        return ("sequence", [_output_layout(v, results, f"{what} element {i}") for i, v in enumerate(value)])
+    raise OnnxImportError(f"{what} is a {type(value).__name__}, not a tensor, sequence or optional")
+
+
+def _assemble(layout: Any, results: list[np.ndarray]) -> Any:
+    kind = layout[0]
+    if kind == "traced":
+        return results[layout[1]]
+    if kind == "known":
+        return layout[1].copy()
+    if kind == "none":
+        return None
+    return [_assemble(item, results) for item in layout[1]]
 
 
 def constants_to_parameters(module: HloModule, min_elements: int) -> list[np.ndarray]:
@@ -242,13 +309,26 @@ def constants_to_parameters(module: HloModule, min_elements: int) -> list[np.nda
 
 
 def _input_spec(value_info) -> InputSpec:
+    return _type_spec(value_info.name, value_info.type)
+
+
+def _type_spec(name: str, type_proto, inside: str | None = None) -> InputSpec:
+    """The spec of a value of this TypeProto: a tensor, a sequence of tensors, or an optional
+    tensor or sequence."""
     from onnx import helper
 
-    which = value_info.type.WhichOneof("value")
+    which = type_proto.WhichOneof("value")
+    if which == "sequence_type" and inside != "sequence_type":
+        element = _type_spec(name, type_proto.sequence_type.elem_type, "sequence_type")
+        return InputSpec(name, element.dtype, element.dims, "sequence")
+    if which == "optional_type" and inside is None:
+        content = _type_spec(name, type_proto.optional_type.elem_type, "optional_type")
+        return InputSpec(name, content.dtype, content.dims, "optional", content)
     if which != "tensor_type":
-        raise OnnxImportError(f"graph input {value_info.name!r} is a {which or 'value of no type'}; "
-                              "only tensor inputs are supported")
-    t = value_info.type.tensor_type
+        what = f"a {which or 'value of no type'}" + (f" inside a {inside}" if inside else "")
+        raise OnnxImportError(f"graph input {name!r} is {what}; only tensors, sequences of tensors and "
+                              "optional tensors or sequences are supported")
+    t = type_proto.tensor_type
     dtype = None
     if t.elem_type:
         try:
@@ -258,39 +338,58 @@ def _input_spec(value_info) -> InputSpec:
             from onnx import TensorProto
             kind = TensorProto.DataType.Name(t.elem_type) if t.elem_type in TensorProto.DataType.values() \
                 else str(t.elem_type)
-            raise OnnxImportError(f"graph input {value_info.name!r} has element type {kind}, "
+            raise OnnxImportError(f"graph input {name!r} has element type {kind}, "
                                   "which pyxla does not support") from None
     dims = None
     if t.HasField("shape"):
         dims = tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
-    return InputSpec(value_info.name, dtype, dims)
+    return InputSpec(name, dtype, dims)
 
 
-def _check_input(spec: InputSpec, value: Any, symbols: dict[str, tuple[int, str]]) -> np.ndarray:
+def _check_value(spec: InputSpec, value: Any, symbols: dict[str, tuple[int, str]]) -> Any:
+    """The fed value checked against its spec: an array for a tensor, a list of arrays for
+    a sequence (each element with its own sizes for symbolic dimensions), None or the
+    content for an optional."""
+    if spec.kind == "optional":
+        return None if value is None else _check_value(spec.element, value, symbols)
+    if spec.kind == "sequence":
+        if not isinstance(value, (list, tuple)):
+            raise ArgumentError(f"input {spec.describe()}: expected a list of arrays, got {type(value).__name__}")
+        return [_check_input(spec, v, {}, f" element {i}") for i, v in enumerate(value)]
+    if value is None or isinstance(value, (list, tuple)) and any(isinstance(v, np.ndarray) for v in value):
+        raise ArgumentError(f"input {spec.describe()}: expected an array, got "
+                            f"{'None' if value is None else 'a list of arrays'}")
+    return _check_input(spec, value, symbols)
+
+
+def _check_input(spec: InputSpec, value: Any, symbols: dict[str, tuple[int, str]], where: str = "") -> np.ndarray:
     """The fed value as an array of the declared dtype and rank; symbolic dimensions bind
-    to its sizes (`symbols`: name -> (size, input that set it))."""
+    to its sizes (`symbols`: name -> (size, input that set it)). `where` names the element
+    of a sequence input."""
     if isinstance(value, np.ndarray) or hasattr(value, "__array_interface__"):
         arr = np.asarray(value)
         if spec.dtype is not None and arr.dtype != spec.dtype:
-            raise ArgumentError(f"input {spec.name!r}: expected {spec.dtype}, got an array of {arr.dtype}")
+            raise ArgumentError(f"input {spec.name!r}{where}: expected {spec.dtype}, got an array of {arr.dtype}")
     else:
         try:
             arr = np.asarray(value, dtype=spec.dtype)
         except (TypeError, ValueError) as e:
-            raise ArgumentError(f"input {spec.name!r}: {type(value).__name__} is not an array of {spec.dtype}: {e}") \
-                from None
+            raise ArgumentError(f"input {spec.name!r}{where}: {type(value).__name__} is not an array of "
+                                f"{spec.dtype}: {e}") from None
     if spec.dims is None:
         return arr
     if arr.ndim != len(spec.dims):
-        raise ArgumentError(f"input {spec.describe()}: expected rank {len(spec.dims)}, got shape {list(arr.shape)}")
+        raise ArgumentError(f"input {spec.describe()}{where}: expected rank {len(spec.dims)}, "
+                            f"got shape {list(arr.shape)}")
     for axis, (want, got) in enumerate(zip(spec.dims, arr.shape)):
         if isinstance(want, int) and want != got:
-            raise ArgumentError(f"input {spec.describe()}: dimension {axis} must be {want}, got shape {list(arr.shape)}")
+            raise ArgumentError(f"input {spec.describe()}{where}: dimension {axis} must be {want}, "
+                                f"got shape {list(arr.shape)}")
         if isinstance(want, str):
             size, source = symbols.setdefault(want, (got, spec.name))
             if size != got:
-                raise ArgumentError(f"input {spec.describe()}: dimension {axis} ({want}) is {got}, but input "
-                                    f"{source!r} gave {want} = {size}")
+                raise ArgumentError(f"input {spec.describe()}{where}: dimension {axis} ({want}) is {got}, "
+                                    f"but input {source!r} gave {want} = {size}")
     return arr
 
 

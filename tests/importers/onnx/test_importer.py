@@ -153,7 +153,7 @@ def test_shape_fed_as_input_compiles_per_value(rng):
         np.testing.assert_array_equal(out["y"], x.reshape(target))
     assert model.static_inputs == {"shape"} and len(model._compiled) == 2
     sig = model.compile({"x": x, "shape": np.array([12, 1], np.int64)})
-    assert sig.traced_inputs == ["x"]
+    assert sig.traced_inputs == [("x", None)]     # (input, element of a sequence input or None)
 
 
 def test_outputs_known_at_import_and_passed_through_inputs(rng):
@@ -229,12 +229,19 @@ def test_converter_errors_name_the_node(rng):
         pyxla.onnx.load(proto, check=False)(a=np.ones((2, 3), np.float32), b=np.ones((4, 5), np.float32))
 
 
-def test_sequence_input_refused():
-    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
-    proto = _model([helper.make_node("SequenceLength", ["s"], ["n"])], [seq],
-                   [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
-    with pytest.raises(OnnxImportError, match="input 's'.*only tensor inputs"):
-        pyxla.onnx.load(proto)
+def test_sequence_input(rng):
+    """A sequence input is a Python list of arrays; the model compiles for its length and
+    each element's shape."""
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, ["k", 3])
+    nodes = [helper.make_node("SequenceLength", ["s"], ["n"]),
+             helper.make_node("ConcatFromSequence", ["s"], ["c"], axis=0)]
+    proto = _model(nodes, [seq], [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                                  helper.make_tensor_value_info("c", TensorProto.FLOAT, ["m", 3])])
+    model = pyxla.onnx.load(proto)
+    parts = [rng.standard_normal((k, 3)).astype(np.float32) for k in (2, 1, 4)]
+    out = model(s=parts)
+    assert int(out["n"]) == 3
+    np.testing.assert_array_equal(out["c"], np.concatenate(parts))
 
 
 # --- functions ------------------------------------------------------------------------------

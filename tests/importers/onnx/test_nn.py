@@ -80,31 +80,28 @@ def test_conv_transpose_groups(rng):
 # --- pools -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("attrs", [
-    {"kernel_shape": [2, 2]},
+    {"kernel_shape": [2, 3], "strides": [2, 1]},
     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
-    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
-    {"kernel_shape": [2, 3], "strides": [2, 2], "pads": [0, 1, 1, 0], "ceil_mode": 1},
-    {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]},
-    {"kernel_shape": [2, 2], "dilations": [2, 2]},
+    {"kernel_shape": [2, 2], "storage_order": 1},
 ])
-def test_max_pool(rng, attrs):
-    check("MaxPool", {"x": _f32(rng, 2, 3, 9, 10)}, attrs, opset=12)
-
-
-def test_max_pool_int8(rng):
-    """int8 inputs (opset 12); the reference pools floats only, so it gets the same values as floats."""
-    x = rng.integers(-128, 127, (1, 2, 6, 6)).astype(np.int8)
-    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}
-    (expected,) = reference(make_model("MaxPool", {"x": x.astype(np.float32)}, ["y"], attrs, 12),
-                            {"x": x.astype(np.float32)})
-    (got,) = _run("MaxPool", {"x": x}, attrs, 12)
-    assert got.dtype == np.int8
-    np.testing.assert_array_equal(got, expected.astype(np.int8))
-
-
-def test_max_pool_indices_refused(rng):
-    refuses("MaxPool", {"x": _f32(rng, 1, 1, 4, 4)}, {"kernel_shape": [2, 2]}, opset=12,
-            outputs=("y", "indices"), match="Indices")
+def test_max_pool_indices(rng, attrs):
+    """MaxPool's second output: the flat index (row-major, or column-major with storage_order
+    1) of each window's maximum, in the unpadded input. The values are checked against the
+    reference evaluator, the indices against NumPy (the evaluator's are wrong for windows that
+    overlap)."""
+    x = _f32(rng, 2, 3, 7, 6)
+    check("MaxPool", {"x": x}, attrs, opset=12, outputs=("y",))
+    y, indices = _run("MaxPool", {"x": x}, attrs, opset=12, outputs=("y", "indices"))
+    n, c, h, w = x.shape
+    plane, at = np.divmod(indices, h * w)
+    rows, cols = (np.divmod(at, w) if not attrs.get("storage_order") else np.divmod(at, h)[::-1])
+    np.testing.assert_array_equal(x.reshape(n * c, h, w)[plane, rows, cols], y)   # a window's maximum
+    assert (plane == np.arange(n * c).reshape(n, c, 1, 1)).all()
+    (kh, kw), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+    top, left = attrs.get("pads", [0, 0])[:2]
+    out_r, out_c = np.indices(y.shape[2:])
+    dr, dc = rows - (sh * out_r - top), cols - (sw * out_c - left)
+    assert ((dr >= 0) & (dr < kh) & (dc >= 0) & (dc < kw)).all()               # inside its window
 
 
 @pytest.mark.parametrize("attrs", [

@@ -183,7 +183,16 @@ def test_cast_saturate_attribute_is_read(rng):
     check("Cast", {"x": floats(rng, 3, 4)}, {"to": TensorProto.FLOAT16, "saturate": 1}, opset=19, rtol=1e-3)
 
 
-@pytest.mark.parametrize("to", [TensorProto.FLOAT8E4M3FN, TensorProto.STRING, TensorProto.INT4])
+@pytest.mark.parametrize("to", [TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2, TensorProto.FLOAT4E2M1,
+                                TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2])
+def test_cast_to_narrow_types_and_back(rng, to):
+    """8- and 4-bit floats and 4- and 2-bit integers round (or saturate) as the reference does."""
+    model_to = {"x": floats(rng, 5, 7) * 4}
+    y = check("Cast", model_to, {"to": to}, opset=25)[0]
+    check("Cast", {"x": y}, {"to": TensorProto.FLOAT}, opset=25)
+
+
+@pytest.mark.parametrize("to", [TensorProto.STRING, TensorProto.FLOAT8E8M0])
 def test_cast_refuses_types_pyxla_lacks(rng, to):
     name = TensorProto.DataType.Name(to)
     refuses("Cast", {"x": floats(rng, 3)}, {"to": to}, opset=21, match=f"'to' element type {name}")

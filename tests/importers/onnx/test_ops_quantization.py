@@ -47,9 +47,12 @@ def test_dequantize_per_axis_and_blocked(rng):
           {"axis": -1, "block_size": 2}, opset=21)
 
 
-def test_quantize_refuses_float8(rng):
-    refuses("QuantizeLinear", {"x": floats(rng, 3), "s": np.float32(1.0)}, {"output_dtype": TensorProto.FLOAT8E4M3FN},
-            opset=21, match="FLOAT8E4M3FN")
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2, TensorProto.INT4,
+                                   TensorProto.UINT4])
+def test_quantize_to_narrow_types_and_back(rng, dtype):
+    q = check("QuantizeLinear", {"x": floats(rng, 4, 6) * 3, "s": np.float32(0.37)}, {"output_dtype": dtype},
+              opset=21)[0]
+    check("DequantizeLinear", {"q": q, "s": np.float32(0.37)}, opset=21)
 
 
 def test_qlinear_matmul(rng):

@@ -7,16 +7,26 @@ from typing import Any, Sequence
 import ml_dtypes
 import numpy as np
 
+from ....hlo.types import from_numpy_dtype
 from ..registry import NodeContext, is_known, known
 
-# ONNX TensorProto element types pyxla has an element type for. The rest (strings,
-# complex, 8-bit and 4-bit floats, 4-bit and 2-bit integers) are refused by name.
+# ONNX TensorProto element types pyxla has an element type for, as the dtypes
+# onnx.numpy_helper gives their tensors (ml_dtypes' for bfloat16, the 8- and 4-bit floats
+# and the 4- and 2-bit integers, one element per byte: ONNX's packing of 4- and 2-bit
+# tensors is undone by numpy_helper). The rest (strings, complex, FLOAT8E8M0, the 6-bit
+# floats) are refused by name.
 _ONNX_DTYPES = {
     1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8), 4: np.dtype(np.uint16),
     5: np.dtype(np.int16), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 9: np.dtype(np.bool_),
     10: np.dtype(np.float16), 11: np.dtype(np.float64), 12: np.dtype(np.uint32),
     13: np.dtype(np.uint64), 16: np.dtype(ml_dtypes.bfloat16),
+    17: np.dtype(ml_dtypes.float8_e4m3fn), 18: np.dtype(ml_dtypes.float8_e4m3fnuz),
+    19: np.dtype(ml_dtypes.float8_e5m2), 20: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    21: np.dtype(ml_dtypes.uint4), 22: np.dtype(ml_dtypes.int4), 23: np.dtype(ml_dtypes.float4_e2m1fn),
+    25: np.dtype(ml_dtypes.uint2), 26: np.dtype(ml_dtypes.int2),
 }
+# The types ONNX's `saturate` attribute (Cast, QuantizeLinear) applies to.
+SATURATING_FLOAT8 = frozenset(_ONNX_DTYPES[t] for t in (17, 18, 19, 20))
 
 
 def onnx_dtype(ctx: NodeContext, elem_type: int, what: str = "element type") -> np.dtype:
@@ -89,9 +99,38 @@ def full(xp, shape: Sequence[int], fill: Any, dtype: Any) -> Any:
     return xp.full(tuple(int(d) for d in shape), fill, dtype=np.dtype(dtype))
 
 
+def _element_type(dtype: Any):
+    try:
+        return from_numpy_dtype(dtype)
+    except TypeError:
+        return None
+
+
 def is_float_dtype(dtype: Any) -> bool:
-    return np.issubdtype(np.dtype(dtype), np.floating) or np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16)
+    """Real floats, ml_dtypes' (NumPy "V" kinds) included."""
+    t = _element_type(dtype)
+    return np.issubdtype(np.dtype(dtype), np.floating) or (t is not None and t.is_float)
 
 
 def is_int_dtype(dtype: Any) -> bool:
-    return np.issubdtype(np.dtype(dtype), np.integer)
+    """Integers, ml_dtypes' 4- and 2-bit ones included."""
+    t = _element_type(dtype)
+    return np.issubdtype(np.dtype(dtype), np.integer) or (t is not None and t.is_integral)
+
+
+def integer_range(dtype: Any) -> tuple[int, int]:
+    """The least and greatest value of an integer dtype (4- and 2-bit ones included)."""
+    info = ml_dtypes.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max)
+
+
+def convert_saturating(xp, value: Any, dtype: Any) -> Any:
+    """`value` as 8-bit float `dtype`, clamped to its finite range first (ONNX's saturate:
+    ±inf and values past the largest become ±largest, NaN stays NaN); the conversion itself
+    is HLO's (rounding to nearest even). The clamp is done in f32 for floats narrower than
+    f32, which cannot all hold the largest value."""
+    dtype = np.dtype(dtype)
+    largest = float(ml_dtypes.finfo(dtype).max)
+    if is_float_dtype(value.dtype) and np.dtype(value.dtype).itemsize < 4:
+        value = as_dtype(xp, value, np.float32)
+    return as_dtype(xp, xp.clip(value, -largest, largest), dtype)

@@ -3,6 +3,11 @@
 time (If on a known condition, a Loop whose trip count and condition are known: unrolled
 up to UNROLL_LIMIT iterations), else inside pyxla.lax.cond / while_loop / scan, whose
 tracing captures the enclosing graph's values the bodies read by name.
+
+Sequences and optionals are resolved at import time (see sequence.py), so an If whose
+branches produce them needs its condition known, and a Loop that carries them its trip
+count and condition (it is then unrolled whatever its length); an input that gives them is
+compiled for by value.
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import numpy as np
 
 from .... import lax
 from .... import numpy as pnp
-from ..registry import NodeContext, converter, is_known, known
+from ..registry import NeedsKnownValue, NodeContext, converter, is_known, known
 from .common import shape_of
 
 UNROLL_LIMIT = 64       # a known-length Loop up to this many iterations is unrolled
@@ -47,17 +52,30 @@ def _scalar_bool(ctx: NodeContext, value: Any, what: str) -> Any:
 @converter("If", since=1)
 def if_(ctx: NodeContext, cond):
     then_graph, else_graph = _graph_attr(ctx, "then_branch"), _graph_attr(ctx, "else_branch")
+    if _declares_sequences(then_graph) or _declares_sequences(else_graph):
+        cond = known(ctx, cond, "the condition of an If whose branches produce sequences or optionals")
     pred = _scalar_bool(ctx, cond, "the condition")
     if isinstance(pred, bool):
         return tuple(_run_body(ctx, then_graph if pred else else_graph, [], "then_branch" if pred else "else_branch"))
-    out = lax.cond(pred, lambda: tuple(_as_arrays(_run_body(ctx, then_graph, [], "then_branch"))),
-                   lambda: tuple(_as_arrays(_run_body(ctx, else_graph, [], "else_branch"))))
+    needs_cond = (ctx, cond, "the condition of an If whose branches produce sequences or optionals")
+    out = lax.cond(pred, lambda: tuple(_as_arrays(_run_body(ctx, then_graph, [], "then_branch"), needs_cond)),
+                   lambda: tuple(_as_arrays(_run_body(ctx, else_graph, [], "else_branch"), needs_cond)))
     return tuple(out)
 
 
-def _as_arrays(values: list[Any]) -> list[Any]:
+def _declares_sequences(graph) -> bool:
+    return any(o.type.WhichOneof("value") in ("sequence_type", "optional_type") for o in graph.output)
+
+
+def _as_arrays(values: list[Any], needs_known: tuple | None = None) -> list[Any]:
+    """The values, which must be arrays; a sequence or optional among them needs the
+    decision known at import (`needs_known`: the context, traced value and what it is)."""
     for v in values:
         if v is None or isinstance(v, list):
+            if needs_known is not None:
+                ctx, value, what = needs_known
+                raise NeedsKnownValue(str(ctx.unsupported(f"{what} computed from the model's inputs (it must be "
+                                                          "known when the model is loaded)")), value)
             raise NotImplementedError("a branch or body producing a sequence or no value")
     return values
 
@@ -75,17 +93,21 @@ def loop(ctx: NodeContext, trip_count, cond, *initial):
         raise ctx.error(f"the body has {len(body.output)} outputs for {n_carried} carried values")
     if trip_count is None and cond is None:
         raise ctx.unsupported("a Loop with neither trip count nor condition (it never ends)")
-    if any(v is None or isinstance(v, list) for v in initial):
-        raise ctx.unsupported("carried sequences or omitted carried values")
-    if n_scan:      # stacked outputs need the iteration count when the model is loaded
-        trip_count = None if trip_count is None else known(ctx, trip_count, "the trip count of a loop with scan outputs")
-        cond = None if cond is None else known(ctx, cond, "the condition of a loop with scan outputs")
+    carries_sequences = any(v is None or isinstance(v, list) for v in initial)
+    if n_scan or carries_sequences:
+        # stacked outputs and carried sequences need the iterations known when the model is loaded
+        what = "a loop with scan outputs" if n_scan else "a loop carrying sequences or optionals"
+        trip_count = None if trip_count is None else known(ctx, trip_count, f"the trip count of {what}")
+        cond = None if cond is None else known(ctx, cond, f"the condition of {what}")
     limit = None if trip_count is None or not is_known(trip_count) else int(np.asarray(trip_count).reshape(-1)[0])
     going = True if cond is None else _scalar_bool(ctx, cond, "the condition")
-    if limit is not None and limit <= UNROLL_LIMIT and isinstance(going, bool):
+    if limit is not None and (limit <= UNROLL_LIMIT or carries_sequences) and isinstance(going, bool):
         unrolled = _unrolled_loop(ctx, body, limit, going, list(initial), n_scan)
         if unrolled is not None:
             return unrolled
+    if carries_sequences:
+        raise ctx.unsupported("carried sequences or optionals in a loop without a trip count, or whose "
+                              "condition depends on the model's inputs")
     return _while_loop(ctx, body, trip_count, cond, list(initial), n_scan, limit)
 
 
@@ -95,8 +117,8 @@ def _unrolled_loop(ctx, body, limit: int, going: bool, carried: list, n_scan: in
     scans: list[list[Any]] = [[] for _ in range(n_scan)]
     i = 0
     while going and i < limit:
-        outs = _as_arrays(_run_body(ctx, body, [np.array(i, np.int64), np.array(True), *carried], "body"))
-        cond_out, carried, new = outs[0], outs[1:1 + len(carried)], outs[1 + len(carried):]
+        outs = _run_body(ctx, body, [np.array(i, np.int64), np.array(True), *carried], "body")
+        cond_out, carried, new = outs[0], outs[1:1 + len(carried)], _as_arrays(outs[1 + len(carried):])
         for acc, v in zip(scans, new):
             acc.append(v)
         going = _scalar_bool(ctx, cond_out, "the body's condition")

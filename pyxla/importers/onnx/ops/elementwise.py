@@ -13,7 +13,9 @@ import numpy as np
 
 from .... import lax
 from ..registry import converter, is_known
-from .common import as_dtype, check_dtype, is_float_dtype, onnx_dtype
+from ....hlo.types import from_numpy_dtype
+from .common import (SATURATING_FLOAT8, as_dtype, check_dtype, convert_saturating, is_float_dtype,
+                     is_int_dtype, onnx_dtype)
 
 # --- arithmetic ---------------------------------------------------------------------------
 
@@ -166,14 +168,22 @@ def where(ctx, condition, x, y):
 # --- types, identity, constants ----------------------------------------------------------
 
 def _cast(ctx, x, dtype):
+    """x as dtype. To the four 8-bit float types of `saturate` (opset 19, default 1),
+    out-of-range values and ±inf clamp to ±largest first; with saturate=0 they overflow as
+    HLO convert does (inf for f8e5m2, NaN for the fn/fnuz types). Floats to 4- and 2-bit
+    integers truncate to int32 first, then wrap (as ONNX's reference, through ml_dtypes,
+    does). round_mode only applies to FLOAT8E8M0, which onnx_dtype refuses."""
     check_dtype(ctx, x)
-    # saturate and round_mode only change conversions to 8-, 6- and 4-bit floats, which
-    # onnx_dtype refuses.
-    ctx.attr("saturate")
+    saturate = ctx.attr("saturate", 1) if ctx.opset >= 19 else 1
     ctx.attr("round_mode")
+    xp = ctx.xp
     if dtype == np.dtype(bool) and not is_known(x):
-        return ctx.xp.not_equal(x, 0)
-    return as_dtype(ctx.xp, x, dtype)
+        return xp.not_equal(x, 0)
+    if dtype in SATURATING_FLOAT8 and saturate:
+        return convert_saturating(xp, x, dtype)
+    if is_int_dtype(dtype) and from_numpy_dtype(dtype).bits < 8 and is_float_dtype(x.dtype):
+        x = as_dtype(xp, x, np.int32)
+    return as_dtype(xp, x, dtype)
 
 
 @converter("Cast", since=6)

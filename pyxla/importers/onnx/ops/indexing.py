@@ -1,5 +1,5 @@
 """Indexing operators: Gather, GatherElements, GatherND, the Scatter family, OneHot,
-NonZero, Compress, ReverseSequence, TopK, CumSum and CumProd.
+NonZero, Compress, ReverseSequence, TopK, CumSum, CumProd and TensorScatter.
 
 ONNX indices may be negative (counting from the end); they are made non-negative before
 they index. Operators whose output shape depends on input values (NonZero, Compress) need
@@ -195,3 +195,33 @@ def _cumulative(scan, identity):
 
 converter("CumSum", since=11)(_cumulative(lax.cumsum, 0))
 converter("CumProd", since=26)(_cumulative(lax.cumprod, 1))
+
+
+@converter("TensorScatter", since=24)
+def tensor_scatter(ctx, past, update, write_indices=None):
+    """A key/value cache update: batch entry b's `update` rows written along `axis` from
+    position write_indices[b] (0 by default; modulo the cache length when circular). Each
+    cache position reads the update row that lands on it, if any, so the write is one
+    gather and a select."""
+    mode = ctx.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise ctx.unsupported(f"attribute 'mode'={mode!r}")
+    dims, u_dims = shape_of(past), shape_of(update)
+    axis = axis_of(ctx, ctx.attr("axis", -2), len(dims))
+    if axis == 0:
+        raise ctx.error("axis 0 is the batch axis, not a sequence axis")
+    if len(u_dims) != len(dims) or any(u != d for i, (u, d) in enumerate(zip(u_dims, dims)) if i != axis) \
+            or u_dims[axis] > dims[axis]:
+        raise ctx.error(f"update of shape {list(u_dims)} does not fit the cache {list(dims)} along axis {axis}")
+    xp = xp_of(ctx, past, update, write_indices)
+    batch, length, written = dims[0], dims[axis], u_dims[axis]
+    start = np.zeros((batch,), np.int64) if write_indices is None else as_dtype(xp, write_indices, np.int64)
+    # row of `update` that cache position p of batch entry b holds: p - start[b]
+    row = np.arange(length, dtype=np.int64)[None, :] - xp.reshape(start, (batch, 1))
+    if mode == "circular":
+        row = xp.remainder(row, np.int64(length))
+    valid = xp.logical_and(row >= 0, row < written)
+    shape = [1] * len(dims)
+    shape[0], shape[axis] = batch, length
+    row, valid = xp.reshape(xp.clip(row, 0, max(written - 1, 0)), shape), xp.reshape(valid, shape)
+    return xp.where(valid, xp.take_along_axis(update, row, axis=axis), past)

@@ -212,10 +212,11 @@ def _window_args(kernel, strides, dilations, pads, extra):
 
 @converter("MaxPool", since=1)
 def max_pool(ctx: NodeContext, x):
-    if len(ctx.output_names) > 1 and ctx.output_names[1]:
-        raise ctx.unsupported("output 'Indices'")
-    ctx.attr("storage_order")           # only affects Indices
     geometry = _pool_geometry(ctx, x, dilated=ctx.opset >= 10)
+    if len(ctx.output_names) > 1 and ctx.output_names[1]:
+        from .pool_indices import max_pool_with_indices
+        return max_pool_with_indices(ctx, x, *geometry)
+    ctx.attr("storage_order")           # only affects Indices
     return lax.reduce_window_max(x, **_window_args(*geometry))
 
 

@@ -1,6 +1,11 @@
-"""Linear quantization: QuantizeLinear, DequantizeLinear, QLinearMatMul, to and from the
-8-, 16- and 32-bit integer types (pyxla has no 8-, 4- or 2-bit float or 4- and 2-bit
-integer types: those are refused by name).
+"""Linear quantization: QuantizeLinear, DequantizeLinear, QLinearMatMul.
+
+QuantizeLinear and DequantizeLinear take the integer types (2- to 32-bit) and the 8- and
+4-bit floats. Integers: y = clip(rint(x / scale) + zero_point); floats: y = x / scale
+converted with one rounding to nearest even, clamped to the type's finite range first when
+`saturate` (the default) asks for it; the zero point of an 8-bit float is 0 by the
+standard and is not added (as ONNX's reference does), that of f4e2m1fn is added.
+QLinearMatMul takes 8-bit integers.
 
 A scale and zero point are one value (per tensor), a vector along `axis` (per axis), or,
 with `block_size`, one value per block of `block_size` elements along `axis`.
@@ -10,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import converter
-from .common import as_dtype, axis_of, onnx_dtype, shape_of
+from .common import (SATURATING_FLOAT8, as_dtype, axis_of, convert_saturating, integer_range, is_float_dtype,
+                     is_int_dtype, onnx_dtype, shape_of)
 
 
 def _per_element(ctx, xp, v, dims):
@@ -41,19 +47,26 @@ def _quantized_dtype(ctx, zero_point):
 def quantize_linear(ctx, x, scale, zero_point=None):
     xp = ctx.xp
     dims = shape_of(x)
-    ctx.attr("saturate")        # only changes conversions to 8-bit floats, which are refused
+    saturate = ctx.attr("saturate", 1) if ctx.opset >= 19 else 1
     dtype = _quantized_dtype(ctx, zero_point)
-    if dtype.kind not in "iu":
+    if not (is_int_dtype(dtype) or (is_float_dtype(dtype) and dtype.itemsize == 1)):
         raise ctx.unsupported(f"quantizing to {dtype}")
     precision = ctx.attr("precision", 0) if ctx.opset >= 25 else 0
     work = onnx_dtype(ctx, precision, "'precision'") if precision else np.dtype(x.dtype)
     s = as_dtype(xp, _per_element(ctx, xp, scale, dims), work)
-    q = xp.rint(xp.divide(as_dtype(xp, x, work), s))
-    q = as_dtype(xp, q, np.float64)     # exact for every zero point and clip bound
+    scaled = xp.divide(as_dtype(xp, x, work), s)
+    if dtype in SATURATING_FLOAT8:
+        return convert_saturating(xp, scaled, dtype) if saturate else as_dtype(xp, scaled, dtype)
+    if is_float_dtype(dtype):       # f4e2m1fn: saturates by itself, as HLO converts to it
+        if zero_point is not None:
+            scaled = xp.add(as_dtype(xp, scaled, np.float32),
+                            as_dtype(xp, _per_element(ctx, xp, zero_point, dims), np.float32))
+        return as_dtype(xp, scaled, dtype)
+    q = as_dtype(xp, xp.rint(scaled), np.float64)     # exact for every zero point and clip bound
     if zero_point is not None:
         q = xp.add(q, as_dtype(xp, _per_element(ctx, xp, zero_point, dims), q.dtype))
-    info = np.iinfo(dtype)
-    return as_dtype(xp, xp.clip(q, info.min, info.max), dtype)
+    least, greatest = integer_range(dtype)
+    return as_dtype(xp, xp.clip(q, least, greatest), dtype)
 
 
 @converter("DequantizeLinear", since=10)
@@ -62,10 +75,11 @@ def dequantize_linear(ctx, x, scale, zero_point=None):
     dims = shape_of(x)
     output_dtype = ctx.attr("output_dtype", 0) if ctx.opset >= 23 else 0
     out = onnx_dtype(ctx, output_dtype, "output type") if output_dtype else np.dtype(scale.dtype)
-    if np.dtype(x.dtype).kind not in "iu":
+    if not (is_int_dtype(x.dtype) or is_float_dtype(x.dtype)):
         raise ctx.unsupported(f"dequantizing {np.dtype(x.dtype)}")
-    # The difference in int32 (int64 for 32-bit inputs) is exact; then scale in float.
-    wide = np.int64 if np.dtype(x.dtype).itemsize >= 4 else np.int32
+    # The difference in int32 (int64 for 32-bit inputs) is exact, and so is an 8- or 4-bit
+    # float's value in f32 (its zero point is 0 by the standard); then scale in float.
+    wide = np.float32 if is_float_dtype(x.dtype) else np.int64 if np.dtype(x.dtype).itemsize >= 4 else np.int32
     centred = as_dtype(xp, x, wide)
     if zero_point is not None:
         centred = xp.subtract(centred, as_dtype(xp, _per_element(ctx, xp, zero_point, dims), wide))
@@ -88,8 +102,8 @@ def qlinear_matmul(ctx, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero)
                                        _row_or_scalar(xp, b_scale, rows=False, dtype=np.float64)),
                            as_dtype(xp, y_scale, np.float64))
     y = xp.add(xp.rint(xp.multiply(product, multiplier)), _row_or_scalar(xp, y_zero, rows=True, dtype=np.float64))
-    info = np.iinfo(np.dtype(y_zero.dtype))
-    return as_dtype(xp, xp.clip(y, info.min, info.max), y_zero.dtype)
+    least, greatest = integer_range(y_zero.dtype)
+    return as_dtype(xp, xp.clip(y, least, greatest), y_zero.dtype)
 
 
 def _row_or_scalar(xp, v, rows, dtype=np.int32):
