@@ -1,0 +1,553 @@
+"""Convolution by register tiles (f32, f64): the convolution kernel of the CPU backend, alone
+or with its elementwise epilogue (an output fusion). Other element types, and groups with
+few output features (depthwise), are computed by the elemental loops (convolution.py).
+
+The output is a matrix of positions by output features: a position is one output batch
+element at one output spatial point (row-major over batch then the spatial dimensions in
+dim_labels order); its row is the dot product of the input under its window (every window
+offset, every input feature of the group) with the kernel. A tile is TILE_POSITIONS
+consecutive positions by one panel of TILE_VECTORS vectors of output features (6 x 16 f32):
+its accumulators stay in registers while a loop over the window offsets (taps) and, inside,
+over the input features adds broadcast(input element) * kernel vector for each position and
+vector. There is no patch matrix: per tap, each position of the tile reads its input pixel
+where it is, the tap only moving every position's pointer by the same offset.
+
+That needs every window inside the input and each pixel's features contiguous. An input
+that has padding or base dilation, or whose features are not its minor-most dimension
+(NCHW), is therefore first copied into kernel scratch with its features minor-most and the
+padding and dilation holes written as zeros (0 * inf stays NaN, as the evaluator's zero
+padding gives); an NHWC input without padding (a 1x1 or VALID convolution) is read where it
+is. When the input's pixels are also contiguous along the last spatial dimension, as they
+are then, the window offsets along it join the input features in one contiguous run (3 x 64
+values for a 3x3 window over 64 features), so the inner loop is long and taps are few. A
+kernel is read where it is when its output features are minor-most and each group's count
+is a whole number of panels (HWIO, as the ONNX importer stores known weights and JAX passes
+them); otherwise it is packed once per call as [group][tap][input feature][output feature,
+zero padded].
+
+Threads. The positions x panels matrix is cut into blocks, one task each (parallel.py); a
+task computes its block tile by tile into a buffer on its stack, panel by panel (so the
+panel's kernel rows are reused from cache by every tile of the block), then writes the
+block to the output, applying the fused epilogue element by element while the block is
+still in cache. Blocks along the positions suit convolutions whose input is larger than
+their kernel; the late layers of a CNN, with more kernel than input, are cut along the
+output features, so that each kernel row is read from memory once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, prod
+
+import llvmlite.ir as ir
+
+from ...hlo.attributes import WindowDim
+from ...hlo.instruction import HloInstruction
+from ...hlo.ops.registry import op_def
+from ...hlo.shape import ArrayShape
+from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from .convolution import ConvGeometry
+from .elemental import alloca_in_entry, delinearize, etype, linear_index
+from .ir_types import I32, PTR, i64, storage_type
+from .loops import for_range
+from .parallel import emit_parallel_tasks, worker_pool
+from .sorting import counted_loop, kernel_root
+from .windows import window_source
+
+VECTOR_BYTES = 32          # AVX2: 8 f32 or 4 f64 per vector
+TILE_POSITIONS = 6         # positions x vectors accumulators: 12 of the 16 vector registers
+TILE_VECTORS = 2
+UNROLL = 4                 # input features per trip of the inner loop
+BLOCK_BYTES = 1 << 17      # a task's block of results, on its stack
+MIN_GROUP_FEATURES = 4     # fewer output features per group (depthwise): elemental loops
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Compile-time decisions for one convolution."""
+    g: ConvGeometry
+    lanes: int                 # elements per vector
+    vectors: int               # vectors per tile row
+    positions: int             # positions per tile
+    taps: int                  # window offsets
+    panel_columns: int         # output features of a panel (padded within a group)
+    group_columns: int         # a group's output features, padded to whole panels
+    panels: int
+    total_positions: int
+    block_positions: int       # a task's positions (a multiple of `positions`) ...
+    block_panels: int          # ... and panels
+    pack_kernel: bool
+    stage_input: bool
+    input_spatial: tuple[int, ...]   # the input's spatial dims as the tiles read it (padded when staged)
+    run_taps: int              # window offsets of the last spatial dim in one contiguous run (or 1)
+
+    @property
+    def run(self) -> int:
+        """Values the inner loop reads per tap: input features, times run_taps."""
+        return self.run_taps * self.g.input_features
+
+    @property
+    def outer_taps(self) -> int:
+        return self.taps // self.run_taps
+
+    @property
+    def panels_per_group(self) -> int:
+        return self.group_columns // self.panel_columns
+
+    @property
+    def position_blocks(self) -> int:
+        return ceil(self.total_positions / self.block_positions)
+
+    @property
+    def panel_blocks(self) -> int:
+        return ceil(self.panels / self.block_panels)
+
+    @property
+    def block_columns(self) -> int:
+        return self.block_panels * self.panel_columns
+
+
+def _strides(shape: ArrayShape) -> list[int]:
+    """Elements between neighbours along each logical dimension of `shape` in memory."""
+    strides = [0] * shape.rank
+    step = 1
+    for d in shape.minor_to_major:
+        strides[d] = step
+        step *= shape.dims[d]
+    return strides
+
+
+def _minor(shape: ArrayShape, dim: int) -> bool:
+    """Whether neighbours along `dim` are neighbours in memory."""
+    return shape.dims[dim] == 1 or _strides(shape)[dim] == 1
+
+
+def fits(conv: HloInstruction) -> bool:
+    t = etype(conv)
+    if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands):
+        return False
+    g = ConvGeometry.of(conv)
+    return conv.shape.size > 0 and conv.operands[0].shape.size > 0 and g.input_features > 0 and \
+        g.group_features >= MIN_GROUP_FEATURES
+
+
+def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int) -> TilePlan:
+    g = ConvGeometry.of(conv)
+    t = etype(conv)
+    lanes = VECTOR_BYTES // t.bytes
+    vectors = TILE_VECTORS if g.group_features > lanes else 1
+    panel = lanes * vectors
+    group_columns = ceil(g.group_features / panel) * panel
+    panels = g.groups * group_columns // panel
+    total = g.batch * prod(g.output_spatial)
+    positions = min(TILE_POSITIONS, total)
+    taps = prod(w.size for w in g.window)
+    depth = taps * g.input_features
+    pack = group_columns != g.group_features or not _minor(rhs, g.dn.kernel_output_feature)
+    stage = not _minor(lhs, g.dn.input_feature) or \
+        any(w.pad_low > 0 or w.pad_high > 0 or w.lhs_dilate != 1 for w in g.window)
+    input_spatial = tuple((n - 1) * w.lhs_dilate + 1 + w.pad_low + w.pad_high for n, w in zip(g.input_spatial, g.window)) \
+        if stage else g.input_spatial
+    run_taps = _run_taps(g, lhs, rhs, stage, pack)
+
+    work = total * panels * panel * depth
+    wanted = threads * TASKS_PER_THREAD if threads > 1 and work >= PARALLEL_MIN_WORK else 1
+    kernel_bytes = panels * panel * depth
+    input_bytes = total * depth
+    if kernel_bytes > input_bytes:      # cut along the output features first
+        block_panels = ceil(panels / min(panels, wanted))
+        block_positions = total
+        if ceil(panels / block_panels) < wanted:
+            block_positions = ceil(total / ceil(wanted / ceil(panels / block_panels)))
+    else:
+        block_panels = panels
+        block_positions = ceil(total / wanted)
+    row_bytes = panel * t.bytes
+    block_panels = max(1, min(block_panels, BLOCK_BYTES // (2 * positions * row_bytes)))
+    block_positions = min(block_positions, BLOCK_BYTES // (block_panels * row_bytes) - positions)
+    if block_positions < total:   # whole tiles, but for the last block's
+        block_positions = max(positions, block_positions // positions * positions)
+    return TilePlan(g, lanes, vectors, positions, taps, panel, group_columns, panels, total,
+                    block_positions, block_panels, pack, stage, input_spatial, run_taps)
+
+
+def _run_taps(g: ConvGeometry, lhs: ArrayShape, rhs: ArrayShape, stage: bool, pack: bool) -> int:
+    """The window offsets along the last spatial dimension that join the input features in
+    one contiguous run: all of them when, in the input as read and in the kernel as read,
+    the next offset's features follow the last feature of this one; else 1."""
+    if not g.window:
+        return 1
+    last = g.window[-1]
+    if last.rhs_dilate != 1 or last.reversal or g.feature_groups != 1:
+        return 1
+    features = g.input_features
+    if not stage:
+        strides = _strides(lhs)
+        if strides[g.dn.input_spatial[-1]] != features:
+            return 1
+    if not pack:
+        strides = _strides(rhs)
+        if strides[g.dn.kernel_spatial[-1]] != features * strides[g.dn.kernel_input_feature]:
+            return 1
+    return last.size
+
+
+# --- the kernels --------------------------------------------------------------------------------
+
+def emit_convolution(ke) -> None:
+    """A convolution kernel: tiles where they fit, else the elemental loops."""
+    conv = kernel_root(ke)
+    if not fits(conv):
+        return ke._emit_loop(conv)
+    TiledConvolution(ke, conv).emit(ke.out_ptr, ke.instr.shape, None)
+
+
+def emit_conv_output_fusion(ke) -> None:
+    """A convolution with its elementwise epilogue. When the epilogue reads the convolution
+    only at the element it computes, each task applies it to its block; otherwise the
+    convolution is computed whole into scratch first and the epilogue loop reads it there."""
+    conv = next(i for i in ke.fused.instructions if i.opcode == "convolution")
+    root = kernel_root(ke)
+    if not fits(conv):
+        return ke._emit_loop(root)
+    tiled = TiledConvolution(ke, conv)
+    if _read_at_output_index(conv, root):
+        return tiled.emit(ke.out_ptr, ke.instr.shape, root)
+    result = ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
+    tiled.emit(result, conv.shape, None)
+    ke.e.buffer_reads[id(conv)] = lambda index: ke._load(result, conv.shape, index)
+    ke._emit_loop(root)
+
+
+def _read_at_output_index(conv: HloInstruction, root: HloInstruction) -> bool:
+    """Every path from `conv` to the fusion's root is elementwise ops of conv's dims, so the
+    epilogue of output element i reads element i of the convolution."""
+    pending, seen = [conv], set()
+    while pending:
+        value = pending.pop()
+        for u in value.users:
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            if op_def(u.opcode).fusion_kind != "elementwise" or not isinstance(u.shape, ArrayShape) \
+                    or u.shape.dims != conv.shape.dims:
+                return False
+            pending.append(u)
+    return root is conv or id(root) in seen
+
+
+class TiledConvolution:
+    def __init__(self, ke, conv: HloInstruction):
+        self.ke = ke
+        self.b = ke.b
+        self.conv = conv
+        self.t = etype(conv)
+        self.st = storage_type(self.t)
+        lhs, rhs = conv.operands
+        self.lhs_ptr, self.lhs_shape = _operand(ke, lhs)
+        self.rhs_ptr, self.rhs_shape = _operand(ke, rhs)
+        pool = worker_pool()
+        self.pool = pool
+        self.p = plan(conv, self.lhs_shape, self.rhs_shape, pool.threads if pool is not None else 1)
+        self.g = self.p.g
+        self.vector = ir.VectorType(self.st, self.p.lanes)
+
+    # --- the whole kernel ---------------------------------------------------------------------------
+    def emit(self, out_ptr: ir.Value, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:
+        b, p = self.b, self.p
+        if p.stage_input:
+            self._stage_input()
+        if p.pack_kernel:
+            self._pack_kernel()
+        n_tasks = p.position_blocks * p.panel_blocks
+
+        def task(index):
+            self.ke.e.push_scope()
+            self._block(index, out_ptr, out_shape, epilogue)
+            self.ke.e.pop_scope()
+
+        if n_tasks == 1:
+            task(i64(0))
+        elif self.pool is not None:
+            emit_parallel_tasks(b, self.pool, n_tasks, task)
+        else:
+            counted_loop(b, i64(0), i64(n_tasks), task)
+
+    def _stage_input(self) -> None:
+        """Copy the input into scratch as it is read: features minor-most (after batch and the
+        spatial dims in dim_labels order, NHWC for NCHW), padding and base-dilation holes
+        written as zeros, negative padding cropped."""
+        ke, b, g, p = self.ke, self.b, self.g, self.p
+        shape = self.lhs_shape
+        dn = g.dn
+        dims = list(shape.dims)
+        for d, n in zip(dn.input_spatial, p.input_spatial):
+            dims[d] = n
+        order = [dn.input_batch, *dn.input_spatial, dn.input_feature]
+        staged = ArrayShape(shape.dtype, tuple(dims), tuple(reversed(order)))
+        ptr = ke.reserve_scratch(staged.size * self.t.bytes)
+        source = self.lhs_ptr
+        holes = tuple(WindowDim(1, 1, w.pad_low, w.pad_high, w.lhs_dilate) for w in g.window)
+
+        def copy(loop):
+            index = [None] * shape.rank
+            for d, i in zip(order, loop):
+                index[d] = i
+            at = tuple(index[d] for d in dn.input_spatial)
+            valid, inside = window_source(b, at, (i64(0),) * len(at), holes, g.input_spatial)
+            for d, i in zip(dn.input_spatial, inside):
+                index[d] = i
+            value = ke._load(source, shape, tuple(index))
+            if valid is not None:
+                value = b.select(valid, value, ir.Constant(self.st, 0.0))
+            for d, i in zip(dn.input_spatial, at):
+                index[d] = i
+            ke._store(ptr, staged, tuple(index), value)
+
+        ke._loop_nest([dims[d] for d in order], copy, staged.size)
+        self.lhs_ptr, self.lhs_shape = ptr, staged
+
+    def _pack_kernel(self) -> None:
+        """packed[tap][input feature][group][output feature of the group, zero padded]."""
+        ke, b, g, p = self.ke, self.b, self.g, self.p
+        windows = [w.size for w in g.window]
+        extents = [*windows, g.input_features, g.groups, p.group_columns]
+        ptr = ke.reserve_scratch(prod(extents) * self.t.bytes)
+        source, shape = self.rhs_ptr, self.rhs_shape
+
+        def pack(loop):
+            offsets, feature, group, column = loop[:-3], loop[-3], loop[-2], loop[-1]
+            at = b.gep(ptr, [linear_index(b, loop, tuple(extents), tuple(range(len(extents) - 1, -1, -1)))],
+                       source_etype=self.st)
+            out_feature = b.add(b.mul(group, i64(g.group_features)), column)
+            if p.group_columns == g.group_features:
+                b.store(ke._load(source, shape, g.kernel_index(b, out_feature, feature, offsets)), at)
+                return
+            inside = b.icmp_unsigned("<", column, i64(g.group_features))
+            with b.if_else(inside) as (then, otherwise):
+                with then:
+                    b.store(ke._load(source, shape, g.kernel_index(b, out_feature, feature, offsets)), at)
+                with otherwise:
+                    b.store(ir.Constant(self.st, 0.0), at)
+
+        ke._loop_nest(extents, pack, prod(extents))
+        # the packed kernel, described as a kernel array (window reversal done) with the
+        # output features of every group padded, laid out tap, input feature, output feature
+        dn = g.dn
+        dims = [0] * (2 + len(windows))
+        dims[dn.kernel_output_feature] = g.groups * p.group_columns
+        dims[dn.kernel_input_feature] = g.input_features
+        for d, n in zip(dn.kernel_spatial, windows):
+            dims[d] = n
+        order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
+        self.rhs_ptr, self.rhs_shape = ptr, ArrayShape(shape.dtype, tuple(dims), tuple(reversed(order)))
+
+    # --- one task: a block of positions x panels ---------------------------------------------------
+    def _block(self, task: ir.Value, out_ptr, out_shape: ArrayShape, epilogue) -> None:
+        b, p = self.b, self.p
+        pb, qb = (b.udiv(task, i64(p.panel_blocks)), b.urem(task, i64(p.panel_blocks))) \
+            if p.panel_blocks > 1 else (task, i64(0))
+        first = b.mul(pb, i64(p.block_positions))
+        end = _min(b, b.add(first, i64(p.block_positions)), i64(p.total_positions))
+        first_panel = b.mul(qb, i64(p.block_panels))
+        end_panel = _min(b, b.add(first_panel, i64(p.block_panels)), i64(p.panels))
+        # rows of the block: TILE_POSITIONS spare rows before the first, where a block's last
+        # tile, moved back to end at the block's end, may start
+        block = self._stack_block((p.block_positions + p.positions) * p.block_columns)
+        tiles = b.udiv(b.add(b.sub(end, first), i64(p.positions - 1)), i64(p.positions))
+
+        def panel(q):
+            def tile(k):
+                start = _min(b, b.add(first, b.mul(k, i64(p.positions))), b.sub(end, i64(p.positions)))
+                self._tile(start, q, block, first, first_panel)
+            counted_loop(b, i64(0), tiles, tile)
+
+        counted_loop(b, first_panel, end_panel, panel)
+        self._write_block(block, first, end, first_panel, end_panel, out_ptr, out_shape, epilogue)
+
+    def _stack_block(self, elements: int) -> ir.Value:
+        here = self.b.block
+        self.b.position_at_start(self.b.function.entry_basic_block)
+        block = self.b.alloca(self.st, size=i64(elements))
+        block.align = 64
+        block.type = PTR   # llvmlite types an alloca's address by its contents; vectors are stored here too
+        self.b.position_at_end(here)
+        return block
+
+    def _tile(self, start: ir.Value, q: ir.Value, block: ir.Value, first: ir.Value, first_panel: ir.Value) -> None:
+        """Positions start .. start + positions - 1 by panel q, into the block."""
+        b, g, p = self.b, self.g, self.p
+        group, column = (b.udiv(q, i64(p.panels_per_group)), b.urem(q, i64(p.panels_per_group))) \
+            if g.groups > 1 else (i64(0), q)
+        column = b.mul(column, i64(p.panel_columns))
+        pixels = [self._pixel(b.add(start, i64(r)), group) for r in range(p.positions)]
+        accumulators = [[alloca_in_entry(b, self.vector) for _ in range(p.vectors)] for _ in range(p.positions)]
+        zero = ir.Constant(self.vector, None)
+        for row in accumulators:
+            for slot in row:
+                b.store(zero, slot)
+        sizes = tuple(w.size for w in g.window[:-1]) + ((1,) if g.window else ())
+        if p.run_taps == 1:
+            sizes = tuple(w.size for w in g.window)
+        in_strides = _strides(self.lhs_shape)
+        rhs = self.rhs_shape
+        kernel_stride = _strides(rhs)[g.dn.kernel_input_feature]
+        out_feature = b.add(b.mul(group, i64(g.group_features if not p.pack_kernel else p.group_columns)), column) \
+            if g.groups > 1 else column
+
+        def tap(t):
+            offsets = delinearize(b, t, sizes, tuple(range(len(sizes) - 1, -1, -1)))
+            shift = i64(0)
+            for k, w, d in zip(offsets, g.window, g.dn.input_spatial):
+                step = w.rhs_dilate * in_strides[d]
+                if step and sizes and w.size > 1:
+                    shift = b.add(shift, b.mul(k, i64(step)))
+            inputs = [b.gep(pixel, [shift], source_etype=self.st) for pixel in pixels]
+            if p.pack_kernel:   # (its window reversal is done)
+                index = [None] * rhs.rank
+                index[g.dn.kernel_output_feature], index[g.dn.kernel_input_feature] = out_feature, i64(0)
+                for d, k in zip(g.dn.kernel_spatial, offsets):
+                    index[d] = k
+            else:
+                index = g.kernel_index(b, out_feature, i64(0), offsets)
+            kernel = b.gep(self.rhs_ptr, [linear_index(b, index, rhs.dims, rhs.minor_to_major)], source_etype=self.st)
+            self._dot(inputs, kernel, kernel_stride, accumulators)
+
+        if p.outer_taps == 1:
+            tap(i64(0))
+        else:
+            counted_loop(b, i64(0), i64(p.outer_taps), tap)
+        row0 = b.add(b.sub(start, first), i64(p.positions))
+        col0 = b.mul(b.sub(q, first_panel), i64(p.panel_columns))
+        for r, row in enumerate(accumulators):
+            base = b.add(b.mul(b.add(row0, i64(r)), i64(p.block_columns)), col0)
+            for v, slot in enumerate(row):
+                at = b.gep(block, [b.add(base, i64(v * p.lanes))], source_etype=self.st)
+                b.store(b.load(slot), at).align = self.t.bytes
+
+    def _position(self, position: ir.Value) -> tuple[ir.Value, tuple]:
+        """(output batch element, output spatial index) of a position."""
+        dims = (self.g.batch, *self.g.output_spatial)
+        index = delinearize(self.b, position, dims, tuple(range(len(dims) - 1, -1, -1)))
+        return index[0], tuple(index[1:])
+
+    def _pixel(self, position: ir.Value, group) -> ir.Value:
+        """The group's first input feature under the first window offset of a position, in
+        the input as the tiles read it."""
+        b, g = self.b, self.g
+        batch, spatial = self._position(position)
+        at = []
+        for i, w in zip(spatial, g.window):
+            x = b.mul(i, i64(w.stride)) if w.stride != 1 else i
+            if not self.p.stage_input and w.pad_low:   # negative padding: a crop
+                x = b.add(x, i64(-w.pad_low))
+            at.append(x)
+        index = g.input_index(b, batch, group, i64(0), tuple(at))
+        shape = self.lhs_shape
+        return b.gep(self.lhs_ptr, [linear_index(b, index, shape.dims, shape.minor_to_major)], source_etype=self.st)
+
+    def _dot(self, inputs: list, kernel: ir.Value, kernel_stride: int, accumulators) -> None:
+        """accumulators[r][v] += input r's run . kernel rows, vector v: the inner loop."""
+        b, p = self.b, self.p
+        length = p.run
+        main = length // UNROLL * UNROLL
+        fma = self._fma()
+
+        def step(c):
+            rows = [b.load(b.gep(kernel, [b.add(b.mul(c, i64(kernel_stride)), i64(v * p.lanes))],
+                                 source_etype=self.st), typ=self.vector) for v in range(p.vectors)]
+            for row in rows:
+                row.align = self.t.bytes
+            for pixel, slots in zip(inputs, accumulators):
+                x = self._splat(b.load(b.gep(pixel, [c], source_etype=self.st), typ=self.st))
+                for row, slot in zip(rows, slots):
+                    b.store(b.call(fma, [x, row, b.load(slot)]), slot)
+
+        if main:
+            counted_loop(b, i64(0), i64(main), lambda c: [step(b.add(c, i64(u)) if u else c) for u in range(UNROLL)],
+                         step=UNROLL)
+        for c in range(main, length):
+            step(i64(c))
+
+    def _fma(self) -> ir.Function:
+        module = self.b.module
+        name = f"llvm.fma.v{self.p.lanes}{self.t.name}"
+        fn = module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(self.vector, [self.vector] * 3), name=name)
+        return fn
+
+    def _splat(self, x: ir.Value) -> ir.Value:
+        b = self.b
+        one = b.insert_element(ir.Constant(self.vector, ir.Undefined), x, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, ir.Constant(self.vector, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, self.p.lanes), None))
+
+    # --- writing a block ---------------------------------------------------------------------------
+    def _write_block(self, block, first, end, first_panel, end_panel, out_ptr, out_shape: ArrayShape,
+                     epilogue) -> None:
+        """Each result of the block to the output (through the epilogue), in the order of the
+        output's memory: when output features are its minor-most dimension, a panel's results
+        for one position are all computed before any is stored (so LLVM may vectorise them:
+        no store can change what a later load reads)."""
+        ke, b, g, p = self.ke, self.b, self.g, self.p
+        dn = g.dn
+
+        def results(position, q, lanes):
+            """[(output index, value)] of lanes `lanes` of panel q at a position."""
+            group, column = (b.udiv(q, i64(p.panels_per_group)), b.urem(q, i64(p.panels_per_group))) \
+                if g.groups > 1 else (i64(0), q)
+            batch, spatial = self._position(position)
+            row = b.mul(b.add(b.sub(position, first), i64(p.positions)), i64(p.block_columns))
+            row = b.add(row, b.mul(b.sub(q, first_panel), i64(p.panel_columns)))
+            out = []
+            for lane in lanes:
+                feature = b.add(b.mul(column, i64(p.panel_columns)), lane)
+                index = [None] * out_shape.rank
+                index[dn.output_batch] = batch
+                index[dn.output_feature] = b.add(b.mul(group, i64(g.group_features)), feature) \
+                    if g.groups > 1 else feature
+                for d, i in zip(dn.output_spatial, spatial):
+                    index[d] = i
+                value = b.load(b.gep(block, [b.add(row, lane)], source_etype=self.st), typ=self.st)
+                if epilogue is not None:
+                    ke.e.push_scope()
+                    ke.e.buffer_reads[id(self.conv)] = lambda _index, value=value: value
+                    value = ke.e.value(epilogue, tuple(index))
+                    ke.e.pop_scope()
+                out.append((tuple(index), feature, value))
+            return out
+
+        def store(results):
+            for index, feature, value in results:
+                if p.group_columns == g.group_features:
+                    ke._store(out_ptr, out_shape, index, value)
+                else:   # the padding of a group's last panel
+                    with b.if_then(b.icmp_unsigned("<", feature, i64(g.group_features))):
+                        ke._store(out_ptr, out_shape, index, value)
+
+        if _minor(out_shape, dn.output_feature):
+            counted_loop(b, first, end, lambda position: counted_loop(
+                b, first_panel, end_panel,
+                lambda q: store(results(position, q, [i64(lane) for lane in range(p.panel_columns)]))))
+        else:
+            counted_loop(b, first_panel, end_panel, lambda q: for_range(
+                b, [p.panel_columns],
+                lambda lane: counted_loop(b, first, end, lambda position: store(results(position, q, lane)))))
+
+
+def _operand(ke, value: HloInstruction) -> tuple[ir.Value, ArrayShape]:
+    """The buffer of a convolution operand (a fusion parameter is the fusion's operand)."""
+    if value.opcode == "parameter" and ke.fused is not None:
+        outer = ke.instr.operands[value.parameter_number]
+        return ke.pointers[id(outer)], outer.shape
+    return ke.pointers[id(value)], value.shape
+
+
+def _min(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+KERNELS["convolution"] = emit_convolution
+OUTPUT_FUSION_KERNELS["convolution"] = emit_conv_output_fusion
