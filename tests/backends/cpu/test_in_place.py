@@ -158,7 +158,10 @@ def in_state_leaves(jitted, *args) -> list[int]:
 
 @pytest.mark.parametrize("length", [1, 2, 7, 64, 257])
 def test_scan_stacks_its_outputs_in_place(length, rng):
-    xs, w, h0 = normal(rng, length, 33), normal(rng, 33), normal(rng, 33)
+    # |w| < 1 keeps the recurrence contracting: with |w| > 1 an f32 run drifts from the f64
+    # reference by rounding amplified over hundreds of steps, whatever computes it.
+    w = rng.uniform(-0.9, 0.9, 33).astype(np.float32)
+    xs, h0 = normal(rng, length, 33), normal(rng, 33)
     f = pyxla.jit(stacking_scan)
     h, (ys, sums) = f(xs, w, h0)
     want_h, (want_ys, want_sums) = np_stacking_scan(xs, w, h0)
