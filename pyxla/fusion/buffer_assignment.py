@@ -155,7 +155,7 @@ def _can_write_in_place(instr: HloInstruction, operand: HloInstruction) -> bool:
         if comp.root.opcode in UPDATES:
             return (_only_the_updated_operand(comp.root, param) and all(u is comp.root for u in param.users)
                     and not _read_elsewhere(instr, operand))
-        return instr.attrs.get("kind") == "kLoop" and _read_at_same_index(param)
+        return instr.attrs.get("kind") == "kLoop" and elementwise_reach(param) is not None
     if instr.opcode in UPDATES:
         return _only_the_updated_operand(instr, operand) and not _read_elsewhere(instr, operand)
     return op_def(instr.opcode).fusion_kind == "elementwise"
@@ -172,21 +172,22 @@ def _read_elsewhere(instr: HloInstruction, operand: HloInstruction) -> bool:
     return any(o is not operand and mine & set(_leaves(o)) for o in instr.operands)
 
 
-def _read_at_same_index(param: HloInstruction) -> bool:
-    """Inside a fusion, every computation that `param` flows into is elementwise over arrays of
-    its dims, so output element i reads only element i of it."""
-    pending, seen = [param], set()
+def elementwise_reach(value: HloInstruction) -> set[int] | None:
+    """The ids of every instruction `value` flows into inside its computation, when each is
+    elementwise over arrays of value's dims (so output element i reads only element i of
+    value); None otherwise."""
+    pending, seen = [value], set()
     while pending:
-        value = pending.pop()
-        for u in value.users:
+        v = pending.pop()
+        for u in v.users:
             if id(u) in seen:
                 continue
             seen.add(id(u))
             if (op_def(u.opcode).fusion_kind != "elementwise" or not isinstance(u.shape, ArrayShape)
-                    or u.shape.dims != param.shape.dims):
-                return False
+                    or u.shape.dims != value.shape.dims):
+                return None
             pending.append(u)
-    return True
+    return seen
 
 
 def assign_buffers(module: HloModule, comp: HloComputation | None = None,

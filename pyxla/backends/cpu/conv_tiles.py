@@ -40,9 +40,9 @@ from math import ceil, prod
 
 import llvmlite.ir as ir
 
+from ...fusion.buffer_assignment import elementwise_reach
 from ...hlo.attributes import WindowDim
 from ...hlo.instruction import HloInstruction
-from ...hlo.ops.registry import op_def
 from ...hlo.shape import ArrayShape
 from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .convolution import ConvGeometry
@@ -223,18 +223,8 @@ def emit_conv_output_fusion(ke) -> None:
 def _read_at_output_index(conv: HloInstruction, root: HloInstruction) -> bool:
     """Every path from `conv` to the fusion's root is elementwise ops of conv's dims, so the
     epilogue of output element i reads element i of the convolution."""
-    pending, seen = [conv], set()
-    while pending:
-        value = pending.pop()
-        for u in value.users:
-            if id(u) in seen:
-                continue
-            seen.add(id(u))
-            if op_def(u.opcode).fusion_kind != "elementwise" or not isinstance(u.shape, ArrayShape) \
-                    or u.shape.dims != conv.shape.dims:
-                return False
-            pending.append(u)
-    return root is conv or id(root) in seen
+    reach = elementwise_reach(conv)
+    return reach is not None and (root is conv or id(root) in reach)
 
 
 class TiledConvolution:
