@@ -55,50 +55,38 @@ DUS_OPERAND_READ_LATER = dus_over("e", "r = f32[64,32] subtract(d, e)")
 # counter-case: the operand is a parameter (the caller's memory)
 DUS_OF_PARAMETER = dus_over("x", "n = f32[64,32] negate(d)")
 
-# (the operand is a dot: a fusion pass would fuse an elementwise producer into the update)
-FUSED_DUS = """HloModule d
-fused {
+def fused_dus(update: str) -> str:
+    """A loop fusion whose root updates its operand (a dot's result) with `update` lines
+    computing u from p0 and p1, then a negate."""
+    return f"""HloModule d
+fused {{
   p0 = f32[64,32] parameter(0)
   p1 = f32[3,32] parameter(1)
   p2 = s32[] parameter(2)
   zero = s32[] constant(0)
-  two = f32[] constant(2)
-  twos = f32[3,32] broadcast(two), dimensions={}
-  u = f32[3,32] multiply(p1, twos)
+{update}
   ROOT d = f32[64,32] dynamic-update-slice(p0, u, p2, zero)
-}
-ENTRY main {
+}}
+ENTRY main {{
   x = f32[64,32] parameter(0)
   v = f32[3,32] parameter(1)
   i = s32[] parameter(2)
   y = f32[32,32] parameter(3)
-  e = f32[64,32] dot(x, y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[64,32] dot(x, y), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
   f = f32[64,32] fusion(e, v, i), kind=kLoop, calls=fused
   ROOT n = f32[64,32] negate(f)
-}
+}}
 """
 
+
+# (the operand is a dot: a fusion pass would fuse an elementwise producer into the update)
+FUSED_DUS = fused_dus("""  two = f32[] constant(2)
+  twos = f32[3,32] broadcast(two), dimensions={}
+  u = f32[3,32] multiply(p1, twos)""")
+
 # counter-case: the fusion also reads the operand to compute the update
-FUSED_DUS_READS_OPERAND = """HloModule d
-fused {
-  p0 = f32[64,32] parameter(0)
-  p1 = f32[3,32] parameter(1)
-  p2 = s32[] parameter(2)
-  zero = s32[] constant(0)
-  s = f32[3,32] slice(p0), slice={[1:4], [0:32]}
-  u = f32[3,32] add(p1, s)
-  ROOT d = f32[64,32] dynamic-update-slice(p0, u, p2, zero)
-}
-ENTRY main {
-  x = f32[64,32] parameter(0)
-  v = f32[3,32] parameter(1)
-  i = s32[] parameter(2)
-  y = f32[32,32] parameter(3)
-  e = f32[64,32] dot(x, y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  f = f32[64,32] fusion(e, v, i), kind=kLoop, calls=fused
-  ROOT n = f32[64,32] negate(f)
-}
-"""
+FUSED_DUS_READS_OPERAND = fused_dus("""  s = f32[3,32] slice(p0), slice={[1:4], [0:32]}
+  u = f32[3,32] add(p1, s)""")
 
 def scatter_over_temp(root: str) -> str:
     """Rows of e = exp(x) scatter-added, then `root`."""
