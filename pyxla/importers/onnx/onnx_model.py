@@ -29,6 +29,7 @@ import numpy as np
 
 from ...errors import ArgumentError
 from ...frontend.jit import jit
+from ...frontend.pytree import tree_flatten, tree_leaves, tree_unflatten
 from ...frontend.tracing import Tracer
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
@@ -200,18 +201,19 @@ class OnnxModel:
                 stack.extend(i for i in producers[n].input if i)
         candidates = ancestors if name in producers else set(arrays)
         return {n for n in candidates if n in arrays and arrays[n] is not None
-                and all(a.dtype.kind in "iub" or a.size <= 16 for a in _leaves(arrays[n]))}
+                and all(a.dtype.kind in "iub" or a.size <= 16 for a in tree_leaves(arrays[n]))}
 
     def _trace_and_compile(self, traced: dict[str, Any], static: dict[str, Any]) -> CompiledSignature:
         """Trace the graph with the `traced` inputs as the executable's parameters (a
         sequence's elements one parameter each) and the `static` ones known."""
+        names = list(traced)
         leaf_names = [(n, None if isinstance(v, np.ndarray) else i)
-                      for n, v in traced.items() for i in range(len(_leaves(v)))]
-        leaf_arrays = [a for v in traced.values() for a in _leaves(v)]
+                      for n, v in traced.items() for i in range(len(tree_leaves(v)))]
+        leaf_arrays, layout = tree_flatten([traced[n] for n in names])
         outputs: dict[str, Any] = {}
 
         def graph_fn(*values):
-            env = ChainMap(_unflatten(traced, list(values)), static, self.initializers)
+            env = ChainMap(dict(zip(names, tree_unflatten(layout, values))), static, self.initializers)
             scope = self.importer.run_graph(self.proto.graph, env)
             results: list[Tracer] = []
             for name in self.output_names:
@@ -229,13 +231,6 @@ class OnnxModel:
 
 # --- sequences and optionals ---------------------------------------------------------------------
 
-def _leaves(value: Any) -> list[np.ndarray]:
-    """The arrays of an input value: a tensor, a sequence's elements, or none (empty optional)."""
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
-
-
 def _value_key(value: Any, by_value: bool) -> tuple:
     """An input's part of the signature: kind, shapes and dtypes (and contents when static)."""
     def one(a: np.ndarray) -> tuple:
@@ -245,16 +240,6 @@ def _value_key(value: Any, by_value: bool) -> tuple:
     if isinstance(value, list):
         return ("sequence",) + tuple(one(a) for a in value)
     return one(value)
-
-
-def _unflatten(inputs: dict[str, Any], values: list[Any]) -> dict[str, Any]:
-    """The traced parameters regrouped as the inputs: tensors, lists for sequences, None."""
-    out, k = {}, 0
-    for name, value in inputs.items():
-        n = len(_leaves(value))
-        out[name] = None if value is None else list(values[k:k + n]) if isinstance(value, list) else values[k]
-        k += n
-    return out
 
 
 def _output_layout(value: Any, results: list, what: str) -> Any:
