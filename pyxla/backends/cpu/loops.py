@@ -3,15 +3,53 @@ consecutive iterations touch consecutive memory and LLVM vectorises the inner lo
 
 `for_span` runs a contiguous part of such a nest (a task's share of a kernel split across
 threads, parallel.py): the iterations whose flat index over the outermost k dimensions lies
-in [begin, end), with the inner dimensions whole."""
+in [begin, end), with the inner dimensions whole.
+
+Unrolling is LLVM's choice only for short nests. LLVM fully unrolls a loop with a constant
+trip count whenever the copies look cheap, and it does so before it vectorises: a row of 64
+becomes 64 scalar copies that the vectoriser no longer sees as a loop, and an outer loop of
+8 becomes 8 copies of its inner loop, each vectorised and compiled again (one transpose in
+the attention benchmark took 150 ms of LLVM time that way, 25 ms without). Unrolling pays
+for window and tap loops of a few iterations; a loop whose iterations, those of the loops
+inside it included, number UNROLL_NEST_LIMIT or more is marked not to be unrolled. The
+vectoriser still interleaves the vector body of such a loop. A single row longer than
+FULL_UNROLL_ROW_LIMIT is too long to be unrolled fully, and is left to the unroller, which
+then unrolls only its vectorised loop: more partial sums in a reduction, faster and
+rounding less."""
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import llvmlite.ir as ir
 
 from .elemental import delinearize
 from .ir_types import I64, i64
+
+UNROLL_NEST_LIMIT = 16
+FULL_UNROLL_ROW_LIMIT = 256
+
+
+class _LoopId(ir.values.MDValue):
+    """A distinct, self-referencing loop metadata node: `!n = distinct !{!n, properties...}`."""
+
+    def __init__(self, module: ir.Module, properties: list):
+        super().__init__(module, [], name=str(len(module.metadata)))
+        self.operands = (self, *properties)
+
+    def descr(self, buf):
+        buf.append("distinct ")
+        super().descr(buf)
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+
+def no_unroll(b: ir.IRBuilder, back_edge: ir.Instruction) -> None:
+    """Mark the loop whose back edge is `back_edge` not to be unrolled."""
+    module = b.module
+    disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    back_edge.set_metadata("llvm.loop", _LoopId(module, [disable]))
 
 
 def for_range(b: ir.IRBuilder, extents: Sequence[int], body: Callable[[tuple], None]) -> None:
@@ -59,6 +97,13 @@ def counted_loop(b: ir.IRBuilder, begin: ir.Value, end: ir.Value, body: Callable
     b.position_at_end(exit_block)
 
 
+def _may_unroll(extents: list[int]) -> bool:
+    """Whether LLVM may unroll the loop over extents[0] (the loops inside it follow)."""
+    iterations = math.prod(extents)
+    is_row = all(n == 1 for n in extents[1:])
+    return iterations < UNROLL_NEST_LIMIT or (is_row and iterations > FULL_UNROLL_ROW_LIMIT)
+
+
 def _nest(b: ir.IRBuilder, extents: list[int], index: list, body) -> None:
     if not extents:
         body(tuple(index))
@@ -80,5 +125,7 @@ def _nest(b: ir.IRBuilder, extents: list[int], index: list, body) -> None:
     _nest(b, extents[1:], index + [i], body)
     nxt = b.add(i, i64(1), name="i.next")
     i.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_unsigned("<", nxt, i64(n)), header, exit_block)
+    back_edge = b.cbranch(b.icmp_unsigned("<", nxt, i64(n)), header, exit_block)
+    if not _may_unroll(extents):
+        no_unroll(b, back_edge)
     b.position_at_end(exit_block)

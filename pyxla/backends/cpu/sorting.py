@@ -28,7 +28,7 @@ from ...hlo.types import S32, ElementType
 from .codegen import KERNELS, tuple_element_offsets
 from .elemental import Unsupported, _total_order_key, alloca_in_entry
 from .ir_types import I1, I8, I32, I64, i64, storage_type, to_compute, to_storage
-from .loops import for_range
+from .loops import for_range, no_unroll
 
 INSERTION_RUN = 16          # rows are insertion-sorted in runs of this length before merging
 
@@ -38,27 +38,6 @@ INSERTION_RUN = 16          # rows are insertion-sorted in runs of this length b
 # The loops here carry control flow (comparisons that decide what moves where), so they are
 # marked not to be unrolled: unrolled copies of a comparator only grow the code (and LLVM's
 # compile time, many-fold) without making a branchy loop faster.
-
-class _LoopId(ir.values.MDValue):
-    """A distinct, self-referencing loop metadata node: `!n = distinct !{!n, properties...}`."""
-
-    def __init__(self, module: ir.Module, properties: list):
-        super().__init__(module, [], name=str(len(module.metadata)))
-        self.operands = (self, *properties)
-
-    def descr(self, buf):
-        buf.append("distinct ")
-        super().descr(buf)
-
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
-
-
-def _no_unroll(b: ir.IRBuilder, back_edge: ir.Instruction) -> None:
-    module = b.module
-    disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    back_edge.set_metadata("llvm.loop", _LoopId(module, [disable]))
-
 
 def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value], None],
                  step: ir.Value | int = 1) -> None:
@@ -76,7 +55,7 @@ def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, body: Callabl
     b.position_at_end(body_block)
     body(i)
     i.add_incoming(b.add(i, step), b.block)
-    _no_unroll(b, b.branch(header))
+    no_unroll(b, b.branch(header))
     b.position_at_end(exit_block)
 
 
@@ -90,7 +69,7 @@ def while_loop(b: ir.IRBuilder, condition: Callable[[], ir.Value], body: Callabl
     b.cbranch(condition(), body_block, exit_block)
     b.position_at_end(body_block)
     body()
-    _no_unroll(b, b.branch(header))
+    no_unroll(b, b.branch(header))
     b.position_at_end(exit_block)
 
 
