@@ -395,11 +395,44 @@ def _broadcast(e, instr, index):
     return e.operand(instr, 0, tuple(index[d] for d in instr.attrs["dimensions"]))
 
 
+def common_factors(a: tuple, b: tuple) -> list[tuple[slice, slice]]:
+    """The shortest runs of dimensions of `a` and of `b` whose extents multiply to the same
+    product, in order (XLA's common factors): a reshape maps each run of `b` to the run of
+    `a` beside it and no index crosses runs. One run of everything when an extent is 0."""
+    if 0 in a or 0 in b:
+        return [(slice(0, len(a)), slice(0, len(b)))]
+    runs, i, j = [], 0, 0
+    while i < len(a) or j < len(b):
+        i0, j0, pa, pb = i, j, 1, 1
+        if i < len(a):
+            pa, i = a[i], i + 1
+        if j < len(b):
+            pb, j = b[j], j + 1
+        while pa != pb:   # the products over all dimensions are equal, so the smaller side has more
+            if pa < pb:
+                pa, i = pa * a[i], i + 1
+            else:
+                pb, j = pb * b[j], j + 1
+        runs.append((slice(i0, i), slice(j0, j)))
+    return runs
+
+
 def _reshape(e, instr, index):
-    src = instr.operands[0].shape
-    dst = instr.shape
-    flat = linear_index(e.b, index, dst.dims, tuple(range(dst.rank - 1, -1, -1)))
-    return e.operand(instr, 0, delinearize(e.b, flat, src.dims, tuple(range(src.rank - 1, -1, -1))))
+    """Each run of common factors is linearised and delinearised on its own. Where the
+    source side of a run is one dimension (a reshape that splits dimensions, as a split into
+    heads does) its index is the run's flat index: multiplies and adds, no division, which
+    would hide the access pattern from LLVM's vectoriser (and cost time to run); a run that
+    merges dimensions divides only its own flat index."""
+    src = instr.operands[0].shape.dims
+    dst = instr.shape.dims
+    src_index: list = []
+    for s, d in common_factors(src, dst):
+        flat = linear_index(e.b, index[d], dst[d], tuple(range(len(dst[d]) - 1, -1, -1)))
+        if sum(n != 1 for n in src[s]) <= 1:
+            src_index += [flat if n != 1 else i64(0) for n in src[s]]
+        else:
+            src_index += delinearize(e.b, flat, src[s], tuple(range(len(src[s]) - 1, -1, -1)))
+    return e.operand(instr, 0, tuple(src_index))
 
 
 def _bitcast(e, instr, index):
