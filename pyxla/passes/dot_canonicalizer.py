@@ -4,6 +4,12 @@ Backends then handle one shape of matrix product (a GEMM per batch element, with
 minor dimensions of each operand in either order, as BLAS's transpose flags allow).
 Operands are transposed so batch dimensions lead, and reshaped so free and contracting
 dimensions are each one dimension; the result is reshaped back.
+
+Of the two orders a canonical operand's minor dimensions may take, the one its transpose
+makes cheapest is chosen: an operand transposed so that its minor dimension moves (K^T in
+attention, [b, s, h, d] -> [b, h, d, s]) is read as the transpose that keeps the minor
+dimension in place ([b, h, s, d], rows copied whole) with the dot's contracting dimension on
+the other side, since the GEMM reads either order at no cost.
 """
 from __future__ import annotations
 
@@ -73,6 +79,38 @@ def canonicalize_dot(instr, ctx):
     if out_dims == instr.shape.dims:
         return dot
     return ctx.add("reshape", [dot], instr.shape, like=instr)
+
+
+@RULES.rule("dot")
+def keep_minor_dimension(instr, ctx):
+    """A canonical dot whose operand is transpose(x) moving x's minor dimension, where
+    swapping the operand's two minor dimensions would keep it: that transpose, with the
+    contracting dimension moved to the other of the two."""
+    attrs = instr.attrs
+    if not is_canonical(instr.operands[0].shape, instr.operands[1].shape, attrs):
+        return None
+    b = len(attrs.get("lhs_batch_dims", ()))
+    new_attrs = dict(attrs)
+    operands = list(instr.operands)
+    for side, key in enumerate(("lhs_contracting_dims", "rhs_contracting_dims")):
+        x = operands[side]
+        if x.opcode != "transpose" or x.shape.rank != b + 2:
+            continue
+        perm = tuple(x.attrs["dimensions"])
+        rank = len(perm)
+        if perm[-1] == rank - 1 or perm[-2] != rank - 1:
+            continue
+        swapped = perm[:-2] + (perm[-1], perm[-2])
+        source = x.operands[0]
+        if swapped == tuple(range(rank)):
+            operands[side] = source
+        else:
+            operands[side] = ctx.add("transpose", [source], ArrayShape(x.shape.dtype, tuple(source.shape.dims[d] for d in swapped)),
+                                     {"dimensions": swapped}, like=x)
+        new_attrs[key] = (2 * b + 1 - attrs[key][0],)
+    if operands == list(instr.operands):
+        return None
+    return ctx.add("dot", operands, instr.shape, new_attrs, like=instr)
 
 
 @hlo_pass("dot-canonicalizer")
