@@ -3,9 +3,10 @@
 An entry function takes an array of parameter data pointers, an array of output data
 pointers and the arena. Building those arrays in Python (`a.ctypes.data` per array, a ctypes
 array per call) costs microseconds per argument, more than a small kernel runs. Instead one
-native shim, compiled once per process, takes the tuple of parameter arrays and the tuple of
-output arrays themselves (ctypes passes a `py_object` as the object's address), reads each
-array's data pointer out of the NumPy array object, and calls the entry function.
+native shim, loaded once per process (its machine code from the on-disk cache), takes the
+tuple of parameter arrays and the tuple of output arrays themselves (ctypes passes a
+`py_object` as the object's address), reads each array's data pointer out of the NumPy
+array object, and calls the entry function.
 
 The shim reads CPython's tuple layout (`ob_size`, `ob_item`) and NumPy's `PyArrayObject`
 (`data`), whose offsets are part of both projects' stable ABI; they are checked against the
@@ -94,7 +95,7 @@ _OFFSETS = _object_offsets()
 def _native_shim() -> Callable:
     global _shim
     if _shim is None:
-        address = host_jit().compile(_shim_ir(*_OFFSETS), functions=(SHIM_NAME,)).addresses[SHIM_NAME]
+        address = host_jit().compile_helper("call-shim", _shim_ir(*_OFFSETS), (SHIM_NAME,))[SHIM_NAME]
         _shim = SHIM_SIGNATURE(address)
     return _shim
 

@@ -12,9 +12,12 @@ Why the pool is LLVM IR. The pool sits on the hot path of every large kernel, so
 handing out of work must cost microseconds at most and must not involve Python (which
 would take the GIL on every call and serialise the threads). The project installs with
 pip and no compiler, so a C extension is out. The pool is therefore emitted here as a
-small LLVM module, compiled once per process by the same JIT as the kernels, calling libc's
+small LLVM module, loaded once per process into the same JIT as the kernels, calling libc's
 pthread functions (pthread_create / mutex / condition variables, found by name in the
 process as libm's functions are) and LLVM atomics. Generated kernels call it by address.
+Its machine code is compiled once per machine and kept in the on-disk cache
+(`LlvmJit.compile_helper`), so a process pays milliseconds to load it, not the tens that
+LLVM takes to compile it.
 
 Protocol. One job runs at a time; a job is (task, context, n_tasks). The caller takes the
 pool with a compare-and-swap on `busy` (if another Python thread holds it, the caller runs
@@ -431,7 +434,7 @@ def worker_pool() -> WorkerPool | None:
         if _pool is None:
             names = (PARALLEL_FOR, YIELD_CORES, START, STOP, RESET)
             text = str(_PoolIr(llvm.get_process_triple()).m)
-            addresses = host_jit().compile(text, functions=names).addresses
+            addresses = host_jit().compile_helper("worker-pool", text, names)
             start = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(addresses[START])
             stop = ctypes.CFUNCTYPE(None)(addresses[STOP])
             reset = ctypes.CFUNCTYPE(None)(addresses[RESET])
@@ -537,6 +540,8 @@ def _replace_uses(task: ir.Function, replacements: dict) -> None:
 
     for block in task.blocks:
         for instr in block.instructions:
+            if not any(id(v) in replacements for v in _operands(instr)):
+                continue   # most do not: rebuilding them would only cost emission time
             if isinstance(instr, ir.PhiInstr):
                 instr.incomings = [(new(v), blk) for v, blk in instr.incomings]
             if isinstance(instr, ir.CallInstr) and id(getattr(instr.callee, "pointer", None)) in replacements:

@@ -1,0 +1,98 @@
+"""The on-disk cache (runtime/disk_cache.py): entries round-trip, keys separate their parts,
+and a damaged entry of any kind is reported, deleted and read as absent, never returned."""
+import warnings
+
+import pytest
+
+from pyxla.runtime import disk_cache
+from pyxla.runtime.disk_cache import CacheWarning
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYXLA_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def payload(rng, n=3000) -> bytes:
+    return rng.integers(0, 256, n, dtype="uint8").tobytes()
+
+
+def test_round_trip(cache_dir, rng):
+    data = payload(rng)
+    key = disk_cache.make_key("some ir", "x86_64")
+    assert disk_cache.load("thing", key) is None
+    disk_cache.store("thing", key, data)
+    assert disk_cache.load("thing", key) == data
+    assert [p.name for p in cache_dir.iterdir()] == [f"thing-{key}.bin"]   # no temporary left behind
+
+
+def test_keys_separate_their_parts():
+    assert disk_cache.make_key("ab", "c") != disk_cache.make_key("a", "bc")
+    assert disk_cache.make_key("a") != disk_cache.make_key("a", "")
+    assert disk_cache.make_key("a", b"b") == disk_cache.make_key("a", "b")
+
+
+def test_directory_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYXLA_CACHE_DIR", str(tmp_path / "x"))
+    assert disk_cache.cache_directory() == tmp_path / "x"
+    monkeypatch.delenv("PYXLA_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert disk_cache.cache_directory() == tmp_path / "xdg" / "pyxla"
+
+
+def test_empty_setting_turns_the_cache_off(monkeypatch, tmp_path, rng):
+    monkeypatch.setenv("PYXLA_CACHE_DIR", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert disk_cache.cache_directory() is None
+    disk_cache.store("thing", "k", payload(rng))
+    assert disk_cache.load("thing", "k") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def _truncated(raw):
+    return raw[:len(raw) // 2]
+
+
+def _header_only_part(raw):
+    return raw[:20]
+
+
+def _flipped_payload_byte(raw):
+    i = len(raw) - 17
+    return raw[:i] + bytes([raw[i] ^ 0x40]) + raw[i + 1:]
+
+
+def _other_magic(raw):
+    return b"NOTPYXLA" + raw[8:]
+
+
+def _extra_bytes(raw):
+    return raw + b"\0"
+
+
+@pytest.mark.parametrize("damage", [_truncated, _header_only_part, _flipped_payload_byte, _other_magic,
+                                    _extra_bytes, lambda raw: b""])
+def test_damaged_entry_is_reported_deleted_and_absent(cache_dir, rng, damage):
+    key = disk_cache.make_key(str(rng.integers(1 << 30)))
+    disk_cache.store("thing", key, payload(rng))
+    path = disk_cache.entry_path("thing", key)
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.warns(CacheWarning, match="damaged"):
+        assert disk_cache.load("thing", key) is None
+    assert not path.exists()
+    data = payload(rng)   # and the entry can be written again
+    disk_cache.store("thing", key, data)
+    assert disk_cache.load("thing", key) == data
+
+
+def test_unwritable_directory_warns_once(tmp_path, monkeypatch, rng):
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"x")
+    monkeypatch.setenv("PYXLA_CACHE_DIR", str(blocker / "cache"))   # a directory that cannot be made
+    with pytest.warns(CacheWarning, match="cannot write"):
+        disk_cache.store("thing", "k1", payload(rng))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        disk_cache.store("thing", "k2", payload(rng))   # reported once per directory
+        assert disk_cache.load("thing", "k1") is None
