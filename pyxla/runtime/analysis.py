@@ -51,18 +51,24 @@ def instruction_flops(instr) -> int:
     return 0
 
 
+def kernel_cost(instr) -> tuple[int, int, int]:
+    """(flops, transcendentals, bytes read and written) of one kernel: a fusion counts its
+    fused instructions' flops, and its bytes are what it reads and writes in memory."""
+    body = instr.attrs["calls"].instructions if instr.opcode == "fusion" else [instr]
+    k_flops = sum(instruction_flops(i) for i in body if i.opcode not in FREE)
+    k_trans = sum(_elements(i.shape) for i in body if i.opcode in TRANSCENDENTAL)
+    k_bytes = byte_size(instr.shape) + sum(byte_size(o.shape) for o in dict.fromkeys(instr.operands))
+    return k_flops, k_trans, k_bytes
+
+
 def cost_analysis(module: HloModule) -> dict:
-    """Totals and a per-kernel list: each ENTRY instruction that runs (a fusion counts its
-    fused instructions' flops; its bytes are what it reads and writes in memory)."""
+    """Totals and a per-kernel list: each ENTRY instruction that runs (kernel_cost)."""
     flops = transcendentals = bytes_accessed = 0
     kernels = []
     for instr in module.entry.instructions:
         if instr.opcode in FREE:
             continue
-        body = instr.attrs["calls"].instructions if instr.opcode == "fusion" else [instr]
-        k_flops = sum(instruction_flops(i) for i in body if i.opcode not in FREE)
-        k_trans = sum(_elements(i.shape) for i in body if i.opcode in TRANSCENDENTAL)
-        k_bytes = byte_size(instr.shape) + sum(byte_size(o.shape) for o in dict.fromkeys(instr.operands))
+        k_flops, k_trans, k_bytes = kernel_cost(instr)
         kernels.append({"name": instr.name, "opcode": instr.opcode, "kind": instr.attrs.get("kind"),
                         "flops": float(k_flops), "bytes accessed": float(k_bytes)})
         flops += k_flops

@@ -17,7 +17,7 @@ from pathlib import Path
 from ...compiler import CompiledModule, compile_module
 from ...hlo.module import HloModule
 from ...hlo.verifier import verify_module
-from . import bits, conv_tiles, convolution, indexing, rng, sorting, windows  # noqa: F401  (register their kernels and rules)
+from . import bits, conv_depthwise, conv_tiles, convolution, indexing, rng, sorting, windows  # noqa: F401  (register their kernels and rules)
 from .codegen import ModuleCodegen
 from .executable import CpuExecutable
 from .llvm_jit import host_jit
@@ -43,7 +43,9 @@ class CpuBackend:
         compiled.stage_seconds["LLVM IR emission"] = time.perf_counter() - start
         jit = host_jit()
         dump = os.environ.get("PYXLA_DUMP")
-        result = jit.compile(ir_text, want_assembly=bool(dump), functions=(codegen.entry_name,))
+        profile = codegen.profile
+        symbols = (profile.counters_name, profile.clock_name) if profile else ()
+        result = jit.compile(ir_text, want_assembly=bool(dump), functions=(codegen.entry_name, *symbols))
         compiled.stage_seconds.update(result.stage_seconds)
         if dump:
             folder = Path(dump) / module.name
@@ -52,8 +54,12 @@ class CpuBackend:
             (folder / "llvm-ir.optimized.ll").write_text(result.optimised_ir)
             (folder / "assembly.s").write_text(result.assembly or "")
         sizes = [b.size for b in codegen.output_buffers]
-        return CpuExecutable(module, result.addresses[codegen.entry_name], codegen.outputs, sizes,
-                             codegen.arena_size, jit)
+        executable = CpuExecutable(module, result.addresses[codegen.entry_name], codegen.outputs, sizes,
+                                   codegen.arena_size, jit)
+        if profile:
+            profile.attach(*(result.addresses[name] for name in symbols))
+            executable.profile = profile
+        return executable
 
 
 BACKEND = CpuBackend()

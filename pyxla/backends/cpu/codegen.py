@@ -61,10 +61,12 @@ from ...hlo.ops.registry import op_def
 from ...hlo.shape import ArrayShape, TupleShape
 from ...hlo.types import integer_limits
 from ...runtime.analysis import byte_size
+from . import kernel_profile
 from .blas import emit_gemm
 from .control_flow import (CONTROL_FLOW, VIEWS, Frame, Leaf, align, copy_array, plan_memory,
                            tuple_element_offsets, value_leaves)
 from .elemental import RULES, ElementalEmitter, Unsupported, emit_reduction_loop, etype, linear_index
+from .dot_tasks import emit_dot_tasks
 from .ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
 from .loops import for_range, for_span
 from .parallel import emit_parallel_tasks, worker_pool
@@ -87,6 +89,9 @@ EXPENSIVE_OPS = frozenset({"exponential", "exponential-minus-one", "log", "log-p
 EXPENSIVE_COST = 8
 ROW_BUFFER_BYTES = 1 << 16        # rows up to this size keep costly shared values on the stack
 SPLITTABLE_REDUCERS = ("add", "multiply", "maximum", "minimum", "and", "or")
+# Dots of at least this many multiply-adds run as blocks on the pool, each with pyxla's own
+# GEMM (dot_tasks.py says why); smaller ones, and all when kernels run on one thread, call BLAS.
+OWN_GEMM_MIN_WORK = 1 << 20
 
 
 @dataclass
@@ -122,6 +127,7 @@ class ModuleCodegen:
         self.outputs: list[OutputSlot] = []
         self._output_bases: dict[int, ir.Value] = {}
         self._copied_outputs: list[tuple[Leaf, int]] = []   # ROOT leaves copied to an output buffer at the end
+        self.profile: kernel_profile.KernelProfile | None = None   # PYXLA_PROFILE's counters, when set
         self._plan_outputs()
 
     @property
@@ -183,6 +189,9 @@ class ModuleCodegen:
         params, outs, arena = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         saved = self._set_mxcsr(b)
+        if kernel_profile.enabled():
+            self.profile = kernel_profile.KernelProfile(self.ir, self.entry_name, self.hlo.name)
+            whole_call = self.profile.start(b, kernel_profile.Site(kernel_profile.WHOLE_CALL, "entry", ""))
         self.arena = arena
         for i, buf in enumerate(self.output_buffers):
             self._output_bases[id(buf)] = b.load(b.gep(outs, [i64(i)], source_etype=PTR), typ=PTR)
@@ -194,6 +203,9 @@ class ModuleCodegen:
         for leaf, index in self._copied_outputs:
             copy_array(b, self.ir, self._output_bases[id(self.output_buffers[index])], leaf.shape,
                        frame.pointer(b, leaf), leaf.shape)
+        if self.profile:
+            self.profile.stop(b, whole_call)
+            self.profile.finish()
         self._restore_mxcsr(b, saved)
         b.ret_void()
         return str(self.ir)
@@ -214,7 +226,11 @@ class ModuleCodegen:
             kernel = self._kernel(instr, frame)
             operands = list(dict.fromkeys(instr.operands))
             args = [frame.kernel_argument(b, instr)] + [frame.kernel_argument(b, op) for op in operands]
+            if self.profile:
+                started = self.profile.start(b, kernel_profile.Site.of(instr))
             b.call(kernel, args + [frame.arena_at(b, self.scratch_offset)])
+            if self.profile:
+                self.profile.stop(b, started)
 
     def _constant_global(self, instr: HloInstruction) -> ir.GlobalVariable:
         if id(instr) not in self.constants:
@@ -394,13 +410,8 @@ class KernelEmitter:
 
     def _emit_loop(self, root: HloInstruction) -> None:
         shape: ArrayShape = self.instr.shape
-
-        def body(index):
-            self.e.push_scope()
-            self._store(self.out_ptr, shape, index, self.e.value(root, index))
-            self.e.pop_scope()
-
-        self._loop_nest(shape.dims, body, shape.size * self._element_cost())
+        self._loop_nest(shape.dims, lambda index: self._store_root(root, shape, index),
+                        shape.size * self._element_cost())
 
     def _emit_rows(self, root: HloInstruction) -> None:
         """Per row: every reduction once, then the row's outputs; reductions apart when the
@@ -585,7 +596,7 @@ class KernelEmitter:
         n_tasks = min(wanted, flat)
         return (k, n_tasks) if n_tasks >= 2 else None
 
-    def _parallel_chunks(self, extents, k: int, n_tasks: int, body) -> None:
+    def parallel_chunks(self, extents, k: int, n_tasks: int, body) -> None:
         """body(task, begin, end) on the pool, for n_tasks balanced contiguous chunks
         [begin, end) of the flat range of the first k dimensions of `extents`."""
         b = self.b
@@ -606,8 +617,8 @@ class KernelEmitter:
         if split is None:
             return for_range(self.b, extents, body)
         k, n_tasks = split
-        self._parallel_chunks(extents, k, n_tasks,
-                              lambda t, begin, end: for_span(self.b, extents, k, begin, end, body))
+        self.parallel_chunks(extents, k, n_tasks,
+                             lambda t, begin, end: for_span(self.b, extents, k, begin, end, body))
 
     def _reduce_in_parts(self, r: HloInstruction, shape: ArrayShape, result, work: float) -> bool:
         """Compute reduction `r` into `result` (laid out as `shape`) by tasks that each reduce
@@ -635,7 +646,7 @@ class KernelEmitter:
                 self.e.pop_scope()
             for_range(b, shape.dims, part)
 
-        self._parallel_chunks(reduced, k, n_tasks, task)
+        self.parallel_chunks(reduced, k, n_tasks, task)
 
         def combine(index):
             at = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
@@ -693,18 +704,40 @@ class KernelEmitter:
         rptr = self._operand_pointer(rhs)
         b = self.b
         size = t.bytes
+        shape = self.instr.shape
+        # The epilogue reads the product where it was stored: in place when each element of
+        # the result reads its own element of the product only, else from kernel scratch (an
+        # element written in place could be read again for another).
+        in_place = _elementwise_from(dot, root)
+        product_ptr = self.out_ptr if in_place else self.reserve_scratch(shape.byte_size)
+        if root is not dot:
+            self.e.buffer_reads[id(dot)] = lambda index: self._load(product_ptr, shape, index)
 
-        def one_product(index):
-            def at(ptr, elems):
-                return b.gep(ptr, [b.mul(index[0], i64(elems * size))], source_etype=I8) if batch > 1 else ptr
-            emit_gemm(b, t.name, at(self.out_ptr, m * n), at(lptr, m * k), at(rptr, k * n), m, n, k, a_t, b_t)
+        def at(ptr, elems, p):
+            return b.gep(ptr, [b.mul(p, i64(elems * size))], source_etype=I8) if batch > 1 else ptr
 
-        for_range(b, [batch], one_product)
-        if root is not dot:   # the epilogue, in place over the product
-            shape = self.instr.shape
-            self.e.buffer_reads[id(dot)] = lambda index: self._load(self.out_ptr, shape, index)
+        pool = worker_pool()
+        per_product = False   # whether the epilogue ran per block, inside the tasks
+        if pool is not None and batch * m * n * k >= OWN_GEMM_MIN_WORK:
+            per_product = root is not dot and in_place and shape.rank == nb + 2
+
+            def epilogue(prefix, i, j):
+                self._store_root(root, shape, tuple(prefix) + (i, j))
+
+            emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, shape.dims[:nb], m, n, k, a_t, b_t,
+                           pool.threads * TASKS_PER_THREAD, epilogue if per_product else None)
+        else:
+            for_range(b, [batch], lambda index: emit_gemm(b, t.name, at(product_ptr, m * n, index[0]),
+                                                          at(lptr, m * k, index[0]), at(rptr, k * n, index[0]),
+                                                          m, n, k, a_t, b_t))
+        if root is not dot and not per_product:
             self._emit_loop(root)
         return True
+
+    def _store_root(self, root: HloInstruction, shape: ArrayShape, index: tuple) -> None:
+        self.e.push_scope()
+        self._store(self.out_ptr, shape, index, self.e.value(root, index))
+        self.e.pop_scope()
 
     def _operand_pointer(self, value: HloInstruction):
         if value.opcode == "parameter" and self.fused is not None:
@@ -714,6 +747,22 @@ class KernelEmitter:
 
 class _Unaligned(Exception):
     """A value's users leave the row's elementwise ops."""
+
+
+def _elementwise_from(value: HloInstruction, root: HloInstruction) -> bool:
+    """Whether every use of `value` on the way to `root` is an elementwise op of its shape, so
+    that root's element i reads value's element i only (an epilogue may then run per part)."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if v is root or id(v) in seen:
+            continue
+        seen.add(id(v))
+        for user in v.users:
+            if op_def(user.opcode).fusion_kind != "elementwise" or user.shape.dims != value.shape.dims:
+                return False
+            stack.append(user)
+    return True
 
 
 def _output_leaves(value: HloInstruction, shape, offset: int):

@@ -1,12 +1,14 @@
 """Convolution by register tiles (f32, f64): the convolution kernel of the CPU backend, alone
-or with its elementwise epilogue (an output fusion). Other element types, and groups with
-few output features (depthwise), are computed by the elemental loops (convolution.py).
+or with its elementwise epilogue (an output fusion). Groups with few output features
+(depthwise) have a kernel of their own (conv_depthwise.py); other element types are computed
+by the elemental loops (convolution.py).
 
 The output is a matrix of positions by output features: a position is one output batch
 element at one output spatial point (row-major over batch then the spatial dimensions in
 dim_labels order); its row is the dot product of the input under its window (every window
 offset, every input feature of the group) with the kernel. A tile is TILE_POSITIONS
-consecutive positions by one panel of TILE_VECTORS vectors of output features (6 x 16 f32):
+consecutive positions by one panel of TILE_VECTORS vectors of output features (6 x 16 f32
+with AVX2, 8 x 32 with AVX-512):
 its accumulators stay in registers while a loop over the window offsets (taps) and, inside,
 over the input features adds broadcast(input element) * kernel vector for each position and
 vector. There is no patch matrix: per tap, each position of the tile reads its input pixel
@@ -48,18 +50,26 @@ from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PE
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, delinearize, etype, linear_index
 from .ir_types import I32, PTR, i64, storage_type
+from .llvm_jit import host_jit
 from .loops import for_range
 from .parallel import emit_parallel_tasks, worker_pool
 from .sorting import counted_loop, kernel_root
 from .windows import window_source
 
-VECTOR_BYTES = 32          # AVX2: 8 f32 or 4 f64 per vector
-TILE_POSITIONS = 6         # positions x vectors accumulators: 12 of the 16 vector registers
+# Positions of a tile by the host's vector width (llvm_jit.LlvmJit.vector_bytes): positions x
+# TILE_VECTORS accumulators, 12 of AVX2's 16 registers, 16 of AVX-512's 32. AVX-512's wider
+# tile runs the CNN block 20.6 -> 14.6 ms (one Xeon, one process); 12 positions are no faster.
+TILE_POSITIONS = {32: 6, 64: 8}
 TILE_VECTORS = 2
 UNROLL = 1                 # input features per trip of the inner loop: LLVM unrolls it as it sees
                            # fit; 4 by hand made machine code 25% slower to build and no faster run
 BLOCK_BYTES = 1 << 17      # a task's block of results, on its stack
-MIN_GROUP_FEATURES = 4     # fewer output features per group (depthwise): elemental loops
+MIN_GROUP_FEATURES = 4     # fewer output features per group (depthwise): conv_depthwise.py
+
+# Convolution kernels, tried in order: (fits(conv), emitter class); an emitter is made with
+# (kernel emitter, conv) and has emit(out_ptr, out_shape, epilogue root or None). The tiles
+# come first; conv_depthwise.py adds its kernel after them.
+EMITTERS: list = []
 
 
 # --- the plan -------------------------------------------------------------------------------------
@@ -136,13 +146,14 @@ def fits(conv: HloInstruction) -> bool:
 def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int) -> TilePlan:
     g = ConvGeometry.of(conv)
     t = etype(conv)
-    lanes = VECTOR_BYTES // t.bytes
+    vector_bytes = host_jit().vector_bytes
+    lanes = vector_bytes // t.bytes
     vectors = TILE_VECTORS if g.group_features > lanes else 1
     panel = lanes * vectors
     group_columns = ceil(g.group_features / panel) * panel
     panels = g.groups * group_columns // panel
     total = g.batch * prod(g.output_spatial)
-    positions = min(TILE_POSITIONS, total)
+    positions = min(TILE_POSITIONS[vector_bytes], total)
     taps = prod(w.size for w in g.window)
     depth = taps * g.input_features
     pack = group_columns != g.group_features or not _minor(rhs, g.dn.kernel_output_feature)
@@ -197,11 +208,12 @@ def _run_taps(g: ConvGeometry, lhs: ArrayShape, rhs: ArrayShape, stage: bool, pa
 # --- the kernels --------------------------------------------------------------------------------
 
 def emit_convolution(ke) -> None:
-    """A convolution kernel: tiles where they fit, else the elemental loops."""
+    """A convolution kernel: the first emitter that fits, else the elemental loops."""
     conv = kernel_root(ke)
-    if not fits(conv):
+    emitter = _emitter(ke, conv)
+    if emitter is None:
         return ke._emit_loop(conv)
-    TiledConvolution(ke, conv).emit(ke.out_ptr, ke.instr.shape, None)
+    emitter.emit(ke.out_ptr, ke.instr.shape, None)
 
 
 def emit_conv_output_fusion(ke) -> None:
@@ -210,15 +222,20 @@ def emit_conv_output_fusion(ke) -> None:
     convolution is computed whole into scratch first and the epilogue loop reads it there."""
     conv = next(i for i in ke.fused.instructions if i.opcode == "convolution")
     root = kernel_root(ke)
-    if not fits(conv):
+    emitter = _emitter(ke, conv)
+    if emitter is None:
         return ke._emit_loop(root)
-    tiled = TiledConvolution(ke, conv)
     if _read_at_output_index(conv, root):
-        return tiled.emit(ke.out_ptr, ke.instr.shape, root)
+        return emitter.emit(ke.out_ptr, ke.instr.shape, root)
     result = ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
-    tiled.emit(result, conv.shape, None)
+    emitter.emit(result, conv.shape, None)
     ke.e.buffer_reads[id(conv)] = lambda index: ke._load(result, conv.shape, index)
     ke._emit_loop(root)
+
+
+def _emitter(ke, conv: HloInstruction):
+    """The emitter of the first entry of EMITTERS that fits `conv`, or None."""
+    return next((emitter(ke, conv) for accepts, emitter in EMITTERS if accepts(conv)), None)
 
 
 def _read_at_output_index(conv: HloInstruction, root: HloInstruction) -> bool:
@@ -343,7 +360,7 @@ class TiledConvolution:
         end = _min(b, b.add(first, i64(p.block_positions)), i64(p.total_positions))
         first_panel = b.mul(qb, i64(p.block_panels))
         end_panel = _min(b, b.add(first_panel, i64(p.block_panels)), i64(p.panels))
-        # rows of the block: TILE_POSITIONS spare rows before the first, where a block's last
+        # rows of the block: a tile's positions spare rows before the first, where a block's last
         # tile, moved back to end at the block's end, may start
         block = self._stack_block((p.block_positions + p.positions) * p.block_columns)
         tiles = b.udiv(b.add(b.sub(end, first), i64(p.positions - 1)), i64(p.positions))
@@ -443,7 +460,7 @@ class TiledConvolution:
         b, p = self.b, self.p
         length = p.run
         main = length // UNROLL * UNROLL
-        fma = self._fma()
+        fma = fma_intrinsic(b.module, self.vector)
 
         def step(c):
             rows = [b.load(b.gep(kernel, [b.add(b.mul(c, i64(kernel_stride)), i64(v * p.lanes))],
@@ -451,7 +468,7 @@ class TiledConvolution:
             for row in rows:
                 row.align = self.t.bytes
             for pixel, slots in zip(inputs, accumulators):
-                x = self._splat(b.load(b.gep(pixel, [c], source_etype=self.st), typ=self.st))
+                x = splat(b, self.vector, b.load(b.gep(pixel, [c], source_etype=self.st), typ=self.st))
                 for row, slot in zip(rows, slots):
                     b.store(b.call(fma, [x, row, b.load(slot)]), slot)
 
@@ -460,20 +477,6 @@ class TiledConvolution:
                          step=UNROLL)
         for c in range(main, length):
             step(i64(c))
-
-    def _fma(self) -> ir.Function:
-        module = self.b.module
-        name = f"llvm.fma.v{self.p.lanes}{self.t.name}"
-        fn = module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(module, ir.FunctionType(self.vector, [self.vector] * 3), name=name)
-        return fn
-
-    def _splat(self, x: ir.Value) -> ir.Value:
-        b = self.b
-        one = b.insert_element(ir.Constant(self.vector, ir.Undefined), x, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, ir.Constant(self.vector, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, self.p.lanes), None))
 
     # --- writing a block ---------------------------------------------------------------------------
     def _write_block(self, block, first, end, first_panel, end_panel, out_ptr, out_shape: ArrayShape,
@@ -540,5 +543,21 @@ def _min(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
+def fma_intrinsic(module: ir.Module, vector: ir.VectorType) -> ir.Function:
+    """llvm.fma over `vector` (a * b + c, rounded once)."""
+    name = f"llvm.fma.v{vector.count}{'f32' if isinstance(vector.element, ir.FloatType) else 'f64'}"
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(vector, [vector] * 3), name=name)
+    return fn
+
+
+def splat(b: ir.IRBuilder, vector: ir.VectorType, x: ir.Value) -> ir.Value:
+    """A vector with every lane x."""
+    one = b.insert_element(ir.Constant(vector, ir.Undefined), x, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(I32, vector.count), None))
+
+
+EMITTERS.append((fits, TiledConvolution))
 KERNELS["convolution"] = emit_convolution
 OUTPUT_FUSION_KERNELS["convolution"] = emit_conv_output_fusion

@@ -94,6 +94,7 @@ class CpuExecutable:
                         for shape, dtype in self._allocations]
         self._all_direct = all(self._direct) and [slot.index for slot in outputs] == list(range(len(output_sizes)))
         self._free_arenas: list[tuple[np.ndarray, int]] = []
+        self.profile = None   # the kernel timings, when compiled under PYXLA_PROFILE (kernel_profile.py)
 
     def _single_use(self, slot: OutputSlot) -> bool:
         return sum(1 for s in self.outputs if s.kind == "buffer" and s.index == slot.index) == 1

@@ -8,6 +8,7 @@ import pytest
 
 from pyxla.backends import get_backend
 from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS
+from pyxla.backends.cpu.llvm_jit import host_jit
 from pyxla.hlo import parse_module
 
 from .differential import assert_cpu_matches_interpreter
@@ -243,6 +244,28 @@ def test_convolution_floats(case, t, np_t, tol, rng):
     text = conv_module(t, lhs, rhs, out, window, labels, extra)
     got = assert_cpu_matches_interpreter(text, rng, rtol=tol, atol=tol)
     assert got[0].shape == out
+
+
+TILED_CONVS = [
+    # (labels, batch, features, spatial, out features, window, fgc): several panels of output
+    # features with a partial last one, tiles cut by the end of the positions, groups
+    ("b01f_01io->b01f", 3, 24, (9, 11), 40, "size=3x3 pad=1_1x1_1", 1),
+    ("bf01_oi01->bf01", 2, 16, (7, 7), 72, "size=3x3 stride=2x2 pad=1_1x1_1", 1),
+    ("b01f_01io->b01f", 2, 40, (6, 5), 40, "size=1x1", 2),
+]
+
+
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+@pytest.mark.parametrize("case", TILED_CONVS, ids=["panels", "nchw-stride", "groups-1x1"])
+def test_convolution_tiles_of_each_vector_width(case, vector_bytes, rng, monkeypatch):
+    """Register tiles of AVX2's and AVX-512's width (conv_tiles.TILE_POSITIONS), whatever the
+    host's: LLVM splits vectors wider than the host's registers."""
+    monkeypatch.setattr(host_jit(), "vector_bytes", vector_bytes)
+    labels, batch, features, spatial, out_features, window, fgc = case
+    lhs, rhs, out = conv_shapes(labels, batch, features, spatial, out_features, window, fgc)
+    extra = f", feature_group_count={fgc}" if fgc > 1 else ""
+    assert_cpu_matches_interpreter(conv_module("f32", lhs, rhs, out, window, labels, extra), rng,
+                                   rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("case", [CONVS[2], CONVS[6], CONVS[8]], ids=["plain", "groups", "batch_groups"])

@@ -1,0 +1,381 @@
+"""pyxla's own matrix product, C = A B for f32 and f64: a tiled kernel in LLVM IR, compiled
+once per process (like the worker pool) and called by generated code for batched dots
+(codegen.py says when).
+
+Why not always BLAS. OpenBLAS parallelises each call over its own threads, which then
+wait for each other inside the call. For a batch of small products (attention's 64 heads of
+256x256x64) that per-call handshake costs more than the arithmetic, and on a loaded machine
+one descheduled BLAS thread stalls the other; a product per task of pyxla's pool, each on
+one thread with no handshake, keeps both cores busy. One thread of this kernel runs at
+OpenBLAS's single-thread speed on such products (measured: 256x256x64 and 256x64x256).
+
+Summation order. Every element is
+
+    c[i, j] = fma(a[i, K-1], b[K-1, j], ... fma(a[i, 1], b[1, j], fma(a[i, 0], b[0, j], +0)))
+
+one fused multiply-add per term in k order, wherever the element lies in the tiles: the
+result is a function of the row of A and the column of B alone.
+
+Structure (BLIS's). `pyxla_gemm_<t>_<bits>(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, ws)`
+computes one product on the calling thread:
+
+    for each NC-wide block of columns:
+        for each KC-deep slice of K:
+            pack the block's columns of B: NR-wide panels, k-major (zero past the edge)
+            for each MC rows:
+                pack those rows of A: MR-high panels, k-major (zero past the edge)
+                for each panel of B, for each panel of A: the micro-kernel
+
+The micro-kernel keeps an MR x NR tile of C in 2 * MR vector registers (6 x 16 floats in
+12 AVX2 registers, 8 x 32 in 16 AVX-512 registers), and per k broadcasts MR values of A against two vectors of B. Its first
+slice starts from zero, later slices from the tile stored by the one before (a float is
+stored and loaded exactly, so slicing K does not change the sums). An edge tile runs the
+same micro-kernel on a copy in a full-size tile buffer. Packing reads A and B through
+(row stride, column stride), so transposed and strided operands cost no copy beyond it.
+`ws` is the caller's workspace of workspace_bytes(...) bytes, 64-byte aligned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import llvmlite.ir as ir
+
+from .ir_types import F32, F64, I1, I64, PTR, VOID, FunctionPointer, i64
+from .llvm_jit import host_jit
+from .loops import counted_loop
+
+NC = 1024                  # columns of B packed at once: KC x NC floats, in L3
+
+# void pyxla_gemm_<t>_<vector bits>(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, workspace)
+GEMM_TYPE = ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, PTR])
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The register tile and block sizes for one element type on this host."""
+    element_bytes: int
+    vector_bytes: int    # the host's: AVX2 32, AVX-512 64
+    mr: int              # rows of the register tile (MR), which is MR x 2 vectors
+    kc: int              # depth of a packed slice (KC): an NR-wide panel of B stays in L1
+    mc: int              # rows of A packed at once (MC): MC x KC stays in L2
+
+    @property
+    def lanes(self) -> int:
+        return self.vector_bytes // self.element_bytes
+
+    @property
+    def nr(self) -> int:   # columns of the register tile (NR)
+        return 2 * self.lanes
+
+
+# (MR, KC, MC of f32) by vector width, chosen by single-thread GFLOP/s over the products the
+# MLP and attention cut into blocks. AVX2 (16 registers: 12 accumulators), on Zen 3 (32 KiB
+# L1, 512 KiB L2): KC 512 / MC 72 gave 85-93, KC 256 / MC 144 78-91, OpenBLAS 80-85.
+# AVX-512 (32 registers: 16 accumulators), on a Xeon with 48 KiB L1 and 2 MiB L2 per core:
+# 8 / 256 / 128 gave 157-184, 6 / 512 / 72 139-168, 12 / 256 / 96 130-175.
+BLOCKING = {32: (6, 512, 72), 64: (8, 256, 128)}
+
+
+def tiling(dtype_name: str) -> Tiling:
+    size = {"f32": 4, "f64": 8}[dtype_name]
+    vector_bytes = host_jit().vector_bytes
+    mr, kc, mc = BLOCKING[vector_bytes]
+    return Tiling(size, vector_bytes, mr, kc, mc * 4 // size)
+
+
+def _round_up(x: int, step: int) -> int:
+    return -(-x // step) * step
+
+
+def workspace_bytes(dtype_name: str, m: int, n: int, k: int) -> int:
+    """The workspace of one m x n x k product: packed rows of A (at most MC + MR high), packed
+    columns of B (at most NC wide) at most KC deep, and an edge tile; 64-byte aligned parts."""
+    t = tiling(dtype_name)
+    depth = max(1, min(k, t.kc))
+    parts = [_round_up(min(m, t.mc), t.mr) * depth, _round_up(min(n, NC), t.nr) * depth, t.mr * t.nr]
+    return sum(_round_up(p * t.element_bytes, 64) for p in parts)
+
+
+class _GemmIr:
+    """The module for one element type: the micro-kernel, packing, the product."""
+
+    def __init__(self, dtype_name: str, triple: str):
+        self.name = dtype_name
+        self.t = tiling(dtype_name)
+        self.scalar = F32 if dtype_name == "f32" else F64
+        self.vector = ir.VectorType(self.scalar, self.t.lanes)
+        self.m = ir.Module(name=f"pyxla_gemm_{dtype_name}_{8 * self.t.vector_bytes}")
+        self.m.triple = triple
+        suffix = f"v{self.t.lanes}{'f32' if dtype_name == 'f32' else 'f64'}"
+        self.fma = ir.Function(self.m, ir.FunctionType(self.vector, [self.vector] * 3), name=f"llvm.fma.{suffix}")
+        self.micro = self._emit_micro()
+        self.pack_a = self._emit_pack("pack_a", self.t.mr)
+        self.pack_b = self._emit_pack("pack_b", self.t.nr)
+        self.entry = self._emit_product()
+
+    # helpers
+    def _function(self, name: str, args: list, ret=VOID, internal=True) -> tuple[ir.Function, ir.IRBuilder]:
+        fn = ir.Function(self.m, ir.FunctionType(ret, args), name=name)
+        if internal:
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")   # each piece optimised once: less for LLVM to compile
+        return fn, ir.IRBuilder(fn.append_basic_block("start"))
+
+    def _at(self, b: ir.IRBuilder, ptr, index):
+        return b.gep(ptr, [index], source_etype=self.scalar)
+
+    def _splat(self, b: ir.IRBuilder, x):
+        v = b.insert_element(ir.Constant(self.vector, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+        return b.shuffle_vector(v, ir.Constant(self.vector, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), self.t.lanes), None))
+
+    @staticmethod
+    def _min(b: ir.IRBuilder, x, y):
+        return b.select(b.icmp_signed("<", x, y), x, y)
+
+    def _steps(self, b: ir.IRBuilder, total, step: int, body) -> None:
+        """body(start, count) for start = 0, step, ... < total, count = min(step, total - start)."""
+        chunks = b.udiv(b.add(total, i64(step - 1)), i64(step))
+
+        def one(i):
+            start = b.mul(i, i64(step))
+            body(start, self._min(b, i64(step), b.sub(total, start)))
+
+        counted_loop(b, i64(0), chunks, one)
+
+    # the micro-kernel
+    def _emit_micro(self) -> ir.Function:
+        """void micro(i64 kc, ptr ap, ptr bp, ptr c, i64 ldc, i1 accumulate): the MR x NR
+        tile at c (rows ldc apart) = (accumulate ? itself : 0) + A panel x B panel."""
+        fn, b = self._function("gemm.micro", [I64, PTR, PTR, PTR, I64, I1])
+        kc, ap, bp, c, ldc, accumulate = fn.args
+        lanes = self.t.lanes
+        tiles = [(r, h) for r in range(self.t.mr) for h in range(2)]
+
+        def tile_ptr(r, h):
+            return self._at(b, c, b.add(b.mul(i64(r), ldc), i64(h * lanes)))
+
+        start = b.block
+        load_block = b.append_basic_block("load_c")
+        loop_pre = b.append_basic_block("loop_pre")
+        b.cbranch(accumulate, load_block, loop_pre)
+        b.position_at_end(load_block)
+        loaded = [b.load(tile_ptr(r, h), typ=self.vector, align=self.t.element_bytes) for r, h in tiles]
+        b.branch(loop_pre)
+        b.position_at_end(loop_pre)
+        initial = []
+        for value in loaded:
+            phi = b.phi(self.vector)
+            phi.add_incoming(value, load_block)
+            phi.add_incoming(ir.Constant(self.vector, None), start)
+            initial.append(phi)
+        loop = b.append_basic_block("k")
+        done = b.append_basic_block("store")
+        b.cbranch(b.icmp_signed(">", kc, i64(0)), loop, done)
+        b.position_at_end(loop)
+        kk = b.phi(I64)
+        kk.add_incoming(i64(0), loop_pre)
+        accs = []
+        for value in initial:
+            phi = b.phi(self.vector)
+            phi.add_incoming(value, loop_pre)
+            accs.append(phi)
+        bk = self._at(b, bp, b.mul(kk, i64(2 * lanes)))
+        bv = [b.load(self._at(b, bk, i64(h * lanes)), typ=self.vector, align=self.t.element_bytes) for h in range(2)]
+        ak = self._at(b, ap, b.mul(kk, i64(self.t.mr)))
+        new = []
+        for r in range(self.t.mr):
+            a = self._splat(b, b.load(self._at(b, ak, i64(r)), typ=self.scalar))
+            for h in range(2):
+                new.append(b.call(self.fma, [a, bv[h], accs[2 * r + h]]))
+        nxt = b.add(kk, i64(1))
+        kk.add_incoming(nxt, loop)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, loop)
+        b.cbranch(b.icmp_signed("<", nxt, kc), loop, done)
+        b.position_at_end(done)
+        final = []
+        for value, acc in zip(initial, new):
+            phi = b.phi(self.vector)
+            phi.add_incoming(value, loop_pre)
+            phi.add_incoming(acc, loop)
+            final.append(phi)
+        for (r, h), value in zip(tiles, final):
+            b.store(value, tile_ptr(r, h), align=self.t.element_bytes)
+        b.ret_void()
+        return fn
+
+    # packing
+    def _emit_pack(self, name: str, width: int) -> ir.Function:
+        """void pack(i64 count, i64 kc, ptr x, i64 x_rs, i64 x_cs, ptr packed): `count` lines
+        of x (line i, depth k at x[i * x_rs + k * x_cs]) into panels of `width` lines, each
+        panel k-major (packed[panel][k][line]), zero past the last line."""
+        fn, b = self._function(f"gemm.{name}", [I64, I64, PTR, I64, I64, PTR])
+        count, kc, x, x_rs, x_cs, packed = fn.args
+
+        def panel(start, lines):
+            out = self._at(b, packed, b.mul(start, kc))
+            base = self._at(b, x, b.mul(start, x_rs))
+            full = b.icmp_signed("==", lines, i64(width))
+            contiguous = b.icmp_signed("==", x_rs, i64(1))
+            vector = b.append_basic_block(f"{name}.vector")
+            scalar = b.append_basic_block(f"{name}.scalar")
+            strided = b.append_basic_block(f"{name}.strided")
+            partial = b.append_basic_block(f"{name}.partial")
+            after = b.append_basic_block(f"{name}.after")
+            b.cbranch(full, scalar, partial)
+            b.position_at_end(scalar)
+            b.cbranch(contiguous, vector, strided)
+
+            b.position_at_end(vector)   # the lines' values at one depth are adjacent: a vector copy
+            vec = ir.VectorType(self.scalar, width)
+
+            def vector_k(k):
+                value = b.load(self._at(b, base, b.mul(k, x_cs)), typ=vec, align=self.t.element_bytes)
+                b.store(value, self._at(b, out, b.mul(k, i64(width))), align=self.t.element_bytes)
+
+            counted_loop(b, i64(0), kc, vector_k)
+            b.branch(after)
+
+            b.position_at_end(strided)
+            line_starts = [self._at(b, base, b.mul(i64(i), x_rs)) for i in range(width)]
+
+            def strided_k(k):
+                dest = self._at(b, out, b.mul(k, i64(width)))
+                at = b.mul(k, x_cs)
+                for i in range(width):
+                    b.store(b.load(self._at(b, line_starts[i], at), typ=self.scalar), self._at(b, dest, i64(i)))
+
+            counted_loop(b, i64(0), kc, strided_k)
+            b.branch(after)
+
+            b.position_at_end(partial)   # the last panel: lines past the edge are zero
+
+            def partial_k(k):
+                dest = self._at(b, out, b.mul(k, i64(width)))
+                for i in range(width):
+                    b.store(ir.Constant(self.scalar, 0.0), self._at(b, dest, i64(i)))
+                counted_loop(b, i64(0), lines, lambda i: b.store(
+                    b.load(self._at(b, base, b.add(b.mul(i, x_rs), b.mul(k, x_cs))), typ=self.scalar),
+                    self._at(b, dest, i)))
+
+            counted_loop(b, i64(0), kc, partial_k)
+            b.branch(after)
+            b.position_at_end(after)
+
+        self._steps(b, count, width, panel)
+        b.ret_void()
+        return fn
+
+    # a product
+    def _emit_product(self) -> ir.Function:
+        """pyxla_gemm_<t>_<bits> (GEMM_TYPE): C[m, n] (rows ldc apart) = A[m, k] B[k, n], element
+        (i, p) of A at a[i * a_rs + p * a_cs], element (p, j) of B at b[p * b_rs + j * b_cs]."""
+        fn, b = self._function(self.m.name, list(GEMM_TYPE.args), internal=False)
+        m, n, k, a, a_rs, a_cs, bm, b_rs, b_cs, c, ldc, workspace = fn.args
+        t = self.t
+
+        def part_bytes(lines, most: int, step: int, depth):   # as workspace_bytes lays them out
+            lines = b.mul(b.udiv(b.add(self._min(b, lines, i64(most)), i64(step - 1)), i64(step)), i64(step))
+            return b.and_(b.add(b.mul(b.mul(lines, depth), i64(t.element_bytes)), i64(63)), i64(~63))
+
+        depth = self._min(b, k, i64(t.kc))
+        ap = workspace
+        bp = b.gep(ap, [part_bytes(m, t.mc, t.mr, depth)], source_etype=ir.IntType(8))
+        edge = b.gep(bp, [part_bytes(n, NC, t.nr, depth)], source_etype=ir.IntType(8))
+
+        zero_k = b.append_basic_block("zero_k")
+        work = b.append_basic_block("work")
+        b.cbranch(b.icmp_signed("==", k, i64(0)), zero_k, work)
+
+        b.position_at_end(zero_k)   # an empty sum: C = 0
+        counted_loop(b, i64(0), m, lambda i: counted_loop(
+            b, i64(0), n, lambda j: b.store(ir.Constant(self.scalar, 0.0),
+                                            self._at(b, c, b.add(b.mul(i, ldc), j)))))
+        b.ret_void()
+
+        b.position_at_end(work)
+
+        def columns(jc, nc):
+            def slice_k(pc, kc):
+                accumulate = b.icmp_signed(">", pc, i64(0))
+                b.call(self.pack_b, [nc, kc, self._at(b, bm, b.add(b.mul(pc, b_rs), b.mul(jc, b_cs))), b_cs, b_rs, bp])
+
+                def rows(ic, mc):
+                    b.call(self.pack_a, [mc, kc, self._at(b, a, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs))),
+                                         a_rs, a_cs, ap])
+
+                    def column_panel(jr, nr):
+                        bpanel = self._at(b, bp, b.mul(jr, kc))
+
+                        def row_panel(ir_, mr):
+                            apanel = self._at(b, ap, b.mul(ir_, kc))
+                            tile = self._at(b, c, b.add(b.mul(b.add(ic, ir_), ldc), b.add(jc, jr)))
+                            whole = b.and_(b.icmp_signed("==", mr, i64(t.mr)), b.icmp_signed("==", nr, i64(t.nr)))
+                            with b.if_else(whole) as (then, otherwise):
+                                with then:
+                                    b.call(self.micro, [kc, apanel, bpanel, tile, ldc, accumulate])
+                                with otherwise:
+                                    self._edge_tile(b, kc, apanel, bpanel, tile, ldc, accumulate, mr, nr, edge)
+
+                        self._steps(b, mc, t.mr, row_panel)
+
+                    self._steps(b, nc, t.nr, column_panel)
+
+                self._steps(b, m, t.mc, rows)
+
+            self._steps(b, k, t.kc, slice_k)
+
+        self._steps(b, n, NC, columns)
+        b.ret_void()
+        return fn
+
+    def _edge_tile(self, b, kc, apanel, bpanel, tile, ldc, accumulate, mr, nr, edge) -> None:
+        """A tile cut by the edge of C: the micro-kernel on the full-size buffer `edge`,
+        holding the tile's part of C when accumulating, then that part copied back."""
+        nr_full = self.t.nr
+
+        def copy(to_edge: bool):
+            def row(i):
+                def col(j):
+                    inside = self._at(b, tile, b.add(b.mul(i, ldc), j))
+                    buffer = self._at(b, edge, b.add(b.mul(i, i64(nr_full)), j))
+                    src, dst = (inside, buffer) if to_edge else (buffer, inside)
+                    b.store(b.load(src, typ=self.scalar), dst)
+                counted_loop(b, i64(0), nr, col)
+            counted_loop(b, i64(0), mr, row)
+
+        with b.if_then(accumulate):
+            copy(True)
+        b.call(self.micro, [kc, apanel, bpanel, edge, i64(nr_full), accumulate])
+        copy(False)
+
+
+def gemm_address(dtype_name: str) -> int:
+    """The address of the kernel for the host's vector width (llvm_jit.LlvmJit.vector_bytes;
+    a test may narrow it), compiled on first use, once per process and width."""
+    return _kernel_address(dtype_name, host_jit().vector_bytes)
+
+
+@lru_cache(maxsize=None)
+def _kernel_address(dtype_name: str, vector_bytes: int) -> int:
+    jit = host_jit()
+    module = _GemmIr(dtype_name, jit.target_machine.triple)
+    name = module.entry.name
+    return jit.compile_helper(name, str(module.m), (name,))[name]
+
+
+def emit_own_gemm(b: ir.IRBuilder, dtype_name: str, c_ptr, a_ptr, b_ptr, m, n, k: int, strides: tuple, ldc: int,
+                  workspace) -> None:
+    """C[m,n] (rows ldc apart) = A[m,k] @ B[k,n] on the calling thread; m and n are ints or
+    i64 values, strides is (a_rs, a_cs, b_rs, b_cs) in elements, `workspace` holds
+    workspace_bytes(dtype_name, m, n, k) bytes (of the largest m and n), 64-byte aligned."""
+    a_rs, a_cs, b_rs, b_cs = strides
+
+    def value(x):
+        return i64(x) if isinstance(x, int) else x
+
+    fn = b.inttoptr(i64(gemm_address(dtype_name)), PTR)
+    b.call(FunctionPointer(fn, GEMM_TYPE), [value(m), value(n), i64(k), a_ptr, i64(a_rs), i64(a_cs), b_ptr, i64(b_rs),
+                                            i64(b_cs), c_ptr, i64(ldc), workspace])
