@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from .attributes import ATTRIBUTE_KINDS, NON_SEMANTIC_ATTRIBUTES
-from .shape import Shape
+from .shape import ArrayShape, Shape
 
 if TYPE_CHECKING:
     from .computation import HloComputation
@@ -98,3 +98,20 @@ class HloInstruction:
 
     def __repr__(self) -> str:
         return f"<HloInstruction %{self.name} = {self.shape} {self.opcode}>"
+
+
+def uniform_value(instr: HloInstruction):
+    """The single value every element of `instr` has, when it is a constant (or a broadcast of
+    one) with all elements equal; else None."""
+    while instr.opcode == "broadcast":
+        instr = instr.operands[0]
+    if instr.opcode != "constant" or not isinstance(instr.shape, ArrayShape):
+        return None
+    lit = np.asarray(instr.literal)
+    if lit.size == 0:
+        return None
+    first = lit.reshape(-1)[0]
+    if lit.dtype.kind == "f" or lit.dtype.name == "bfloat16":
+        bits = lit.view(np.dtype(f"u{lit.dtype.itemsize}"))
+        return first if np.all(bits == bits.reshape(-1)[0]) else None
+    return first if np.all(lit == first) else None

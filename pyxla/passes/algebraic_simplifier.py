@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo.attributes import SliceDim
-from ..hlo.instruction import HloInstruction
+from ..hlo.instruction import HloInstruction, uniform_value
 from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape
 from .dot_canonicalizer import is_canonical
@@ -22,23 +22,6 @@ RULES = RuleTable("algebraic")
 
 
 # --- what rules ask of operands --------------------------------------------------------------
-
-def uniform_value(instr: HloInstruction):
-    """The single value every element of `instr` has, when it is a constant (or a broadcast of
-    one) with all elements equal; else None."""
-    while instr.opcode == "broadcast":
-        instr = instr.operands[0]
-    if instr.opcode != "constant" or not isinstance(instr.shape, ArrayShape):
-        return None
-    lit = np.asarray(instr.literal)
-    if lit.size == 0:
-        return None
-    first = lit.reshape(-1)[0]
-    if lit.dtype.kind == "f" or lit.dtype.name == "bfloat16":
-        bits = lit.view(np.dtype(f"u{lit.dtype.itemsize}"))
-        return first if np.all(bits == bits.reshape(-1)[0]) else None
-    return first if np.all(lit == first) else None
-
 
 def is_value(instr: HloInstruction, value, negative_zero: bool | None = None) -> bool:
     v = uniform_value(instr)

@@ -21,7 +21,7 @@ from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape, TupleShape
-from .algebraic_simplifier import uniform_value
+from ..hlo.instruction import uniform_value
 from .call_inliner import inline_computation
 from .dce import _has_side_effects, remove_dead_instructions
 from .hlo_pass import hlo_pass

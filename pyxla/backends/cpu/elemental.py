@@ -16,10 +16,10 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
-from ...hlo.instruction import HloInstruction
+from ...hlo.instruction import HloInstruction, uniform_value
 from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
-from .fast_math import fast_binary, fast_unary
+from .fast_math import fast_binary, fast_unary, power_by_roots, root_exponent
 from .ir_types import F32, F64, I1, I64, compute_type, i64, storage_type, to_compute, to_storage
 
 
@@ -216,6 +216,8 @@ def _binary(e: ElementalEmitter, instr, index):
         simple = {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul, "divide": b.fdiv}
         if op in simple:
             return simple[op](x, y)
+        if op == "power" and root_exponent(exponent := uniform_value(instr.operands[1])):
+            return power_by_roots(e, x, float(exponent))
         fast = fast_binary(op, ty)
         if fast:
             return fast(e, x, y)

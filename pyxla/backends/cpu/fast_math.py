@@ -8,10 +8,11 @@ and remainder: a vectorised f64 pow needs log to more than double precision).
 Measured worst error against NumPy/SciPy float64 over each whole domain (special values,
 denormals and huge arguments included; tests/backends/cpu/test_fast_math.py):
 
-    f32 (ulp)   exp 0.9   log 0.8   expm1 1.5   log1p 1.4   tanh 4.2   logistic 2.2   erf 0.5
+    f32 (ulp)   exp 0.9   log 0.8   expm1 1.5   log1p 1.4   tanh 4.2   logistic 2.1   erf 0.5
                 sin 0.5   cos 0.5   tan 0.5     pow 0.5     cbrt 0.5   atan2 0.5      rsqrt 1.5
-    f64 (ulp)   exp 1     log 1     expm1 2     log1p 1     tanh 3     logistic 2     erf 3
+    f64 (ulp)   exp 1     log 1     expm1 2     log1p 1     tanh 3     logistic 3*    erf 3
                 sin 1     cos 1     tan 2       atan2 2     (NumPy's own f64 functions are within 1)
+    * 2.1 against logistic computed to 40 digits: SciPy's f64 expit is itself off by up to 2.3
 
 Where the functions come from:
 - exp and expm1 share a reduction x = n*ln2 + r (Cody-Waite, ln2 in two parts) and a
@@ -193,8 +194,12 @@ def tanh(m: FloatOps, x):
 
 
 def logistic(m: FloatOps, x):
-    """1 / (1 + e**-x): e**-x overflows to inf for very negative x, giving 0 exactly."""
-    return m.div(m.c(1.0), m.add(m.c(1.0), exp(m, m.neg(x))))
+    """1 / (1 + t) for x >= 0 and t / (1 + t) for x < 0, t = e**-|x| <= 1: 1 + t never
+    rounds away more than half an ulp of the result (1 / (1 + e**-x) for x < 0 lost up to 4
+    ulp where e**-x crosses a binade, as near -36.8 in f64); t underflows to 0 for very
+    negative x, giving 0 exactly."""
+    t = exp(m, m.neg(m.fabs(x)))
+    return m.div(m.select(m.lt(x, 0.0), t, m.c(1.0)), m.add(m.c(1.0), t))
 
 
 # msun erf: |x| < 0.84375: x + x*P/Q(x^2); < 1.25: ERX + P/Q(|x| - 1);
@@ -260,6 +265,35 @@ def pow_(m: FloatOps, x, y):
     result = m.select(b.and_(m.eq(ax, 1.0), m.eq(m.fabs(y), INF)), m.c(1.0), result)   # (+-1)**+-inf
     result = m.select(b.or_(m.is_nan(x), m.is_nan(y)), m.c(float("nan")), result)
     return m.select(b.or_(m.eq(y, 0.0), m.eq(x, 1.0)), m.c(1.0), result)   # x**0 and 1**y, even NaN
+
+
+def pow_by_roots(m: FloatOps, x, exponent: float):
+    """x**exponent for a constant exponent of +-1/4, +-1/2 or +-3/4 (LRN's -0.75): sqrt(|x|)
+    and/or sqrt(sqrt(|x|)), inverted for a negative exponent; no intermediate leaves the
+    normal range. Each step is correctly rounded: within 3 ulp in f32 and 4 in f64 (measured),
+    in a tenth of the time of pow through e**(y log x) in f64 (LRN over 1M f32: 4.1 -> 0.44
+    ms; 1.4 ms computed in f64 and rounded once). A non-integer power of |x| is pow(x, y) for every x but finite negatives, which
+    give NaN (-0 and -inf give what +0 and +inf give)."""
+    quarters = round(abs(exponent) * 4)
+    ax = m.fabs(x)
+    root = m.call("llvm.sqrt", ax)
+    result = {1: lambda: m.call("llvm.sqrt", root), 2: lambda: root,
+              3: lambda: m.mul(root, m.call("llvm.sqrt", root))}[quarters]()
+    if exponent < 0:
+        result = m.div(m.c(1.0), result)
+    # negative denormals read as -0 (DAZ), whatever LLVM makes of a comparison with 0
+    finite_negative = m.b.and_(m.le(x, -m.tiny), m.gt(x, -INF))
+    return m.select(finite_negative, m.c(float("nan")), result)
+
+
+def root_exponent(exponent) -> bool:
+    """Whether pow_by_roots computes x**exponent: +-0.25, +-0.5 or +-0.75."""
+    return exponent is not None and abs(float(exponent)) in (0.25, 0.5, 0.75)
+
+
+def power_by_roots(e, x, exponent: float):
+    """The emitter of x**exponent for a root_exponent."""
+    return pow_by_roots(FloatOps(e, x.type), x, exponent)
 
 
 def cbrt_f32(e, x):
