@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import conv_tiles
+from pyxla.backends.cpu import conv_tiles, windows
 from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS
 from pyxla.backends.cpu.llvm_jit import host_jit
 from pyxla.hlo import parse_module
@@ -78,6 +78,32 @@ def test_reduce_window_float(dims, window, reducer, rng):
     x.reshape(-1)[rng.integers(0, x.size)] = np.nan   # NaN-propagating max/min
     got = assert_cpu_matches_interpreter(text, rng, [x], rtol=1e-5, atol=1e-5)
     assert got[0].shape == tuple(out)
+
+
+clamp = windows._clamped_windows
+POOLS = [
+    # (dims, window, whether every window holds an element: padding read as the nearest one)
+    ((1, 3, 12, 11), "size=1x1x3x3 stride=1x1x2x2 pad=0_0x0_0x1_1x1_1", True),   # ResNet's max pool
+    ((2, 5, 7), "size=1x4x2 stride=1x3x1 pad=0_0x2_3x1_0", True),
+    ((2, 4, 6), "size=1x2x2 stride=1x1x1 pad=0_0x3_0x0_0", False),   # windows of padding only: init
+    ((3, 9), "size=1x3 rhs_dilate=1x2 pad=0_0x2_2", False),          # window dilation: checked
+]
+
+
+@pytest.mark.parametrize("reducer", ["maximum", "minimum"])
+@pytest.mark.parametrize("dims,window,clamped", POOLS, ids=[w for _, w, _ in POOLS])
+def test_pooling_reads_padding_as_the_nearest_element(dims, window, clamped, reducer, rng, monkeypatch):
+    """A max or min over windows that each hold an element reads padding as the nearest
+    element (windows._clamped_windows); NaNs at the edges still propagate, and windows of
+    padding only give the init value."""
+    decided = []
+    monkeypatch.setattr(windows, "_clamped_windows", lambda instr: decided.append(clamp(instr)) or decided[-1])
+    out = window_output(dims, window)
+    text = reduce_window_module(reducer, "f32", ",".join(map(str, dims)), window, ",".join(map(str, out)))
+    x = (rng.standard_normal(dims) * 3).astype(np.float32)
+    x[..., 0] = np.where(rng.random(x[..., 0].shape) < 0.3, np.nan, x[..., 0])
+    assert_cpu_matches_interpreter(text, rng, [x], rtol=0, atol=0)
+    assert decided and all(d == clamped for d in decided)
 
 
 @pytest.mark.parametrize("dims,window", WINDOWS[2:4], ids=[w for _, w in WINDOWS[2:4]])
