@@ -59,6 +59,9 @@ class ElementalEmitter:
         self.float_flags: tuple[str, ...] = ()   # fast-math flags on float add/multiply
         # Instructions computed by other kernels: read from their buffers, never recomputed.
         self.buffer_reads: dict[int, Callable[[tuple], ir.Value]] = {}
+        # Per windowed instruction, the dimensions whose windows are known to lie inside the
+        # input at the current output positions (windows.py: a pool's interior): no checks.
+        self.window_inside: dict[int, frozenset[int]] = {}
 
     # --- memo scopes: a value computed inside a loop is not visible after it ------------
     def push_scope(self) -> None:

@@ -106,6 +106,29 @@ def test_pooling_reads_padding_as_the_nearest_element(dims, window, clamped, red
     assert decided and all(d == clamped for d in decided)
 
 
+ROWS = [
+    ((1, 2, 9, 40), "size=1x1x3x3 stride=1x1x2x2 pad=0_0x0_0x1_1x1_1"),   # interior from 1 to the end
+    ((2, 3, 30), "size=1x1x5 pad=0_0x0_0x2_4"),                          # edges at both ends
+    ((3, 37), "size=2x4 stride=1x3 rhs_dilate=1x2 pad=1_0x3_1"),          # window dilation
+    ((2, 25), "size=1x3 pad=0_0x-2_1"),                                   # a crop
+]
+
+
+@pytest.mark.parametrize("reducer", ["add", "maximum"])
+@pytest.mark.parametrize("dims,window", ROWS, ids=[w for _, w in ROWS])
+def test_pool_rows_split_at_their_interior(dims, window, reducer, rng, monkeypatch):
+    """A reduce-window kernel row by row: positions whose windows lie inside the input along
+    the last dimension without checks, those at its edges with them (windows._emit_rows)."""
+    interiors = []
+    find = windows._interior
+    monkeypatch.setattr(windows, "_interior", lambda instr: interiors.append(find(instr)) or interiors[-1])
+    out = window_output(dims, window)
+    text = reduce_window_module(reducer, "f32", ",".join(map(str, dims)), window, ",".join(map(str, out)))
+    x = (rng.standard_normal(dims) * 3).astype(np.float32)
+    assert_cpu_matches_interpreter(text, rng, [x], rtol=1e-6, atol=1e-5)
+    assert interiors and all(i is not None for i in interiors)
+
+
 @pytest.mark.parametrize("dims,window", WINDOWS[2:4], ids=[w for _, w in WINDOWS[2:4]])
 def test_reduce_window_integers_exact(dims, window, rng):
     out = window_output(dims, window)
