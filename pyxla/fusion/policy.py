@@ -24,6 +24,9 @@ NEVER_PRODUCERS = frozenset({"parameter", "tuple", "get-tuple-element", "while",
                              "opt-barrier", "fusion", "select-and-scatter", "reduce-window", "convolution",
                              "dot", "reduce", "topk"})
 OUTPUT_FUSION_ROOTS = frozenset({"dot", "convolution"})
+# Users that read an operand from its buffer whatever the fusion pass does.
+BUFFER_READERS = frozenset({"tuple", "while", "conditional", "call", "custom-call", "sort", "scatter",
+                            "dynamic-update-slice", "reduce-window", "select-and-scatter", "opt-barrier"})
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,13 @@ class FusionPolicy:
             return "feeds the dot/convolution of an output fusion (the GEMM reads plain buffers)"
         outside = [u for u in producer.users if u is not consumer]
         if outside:
+            materialized = next((u for u in outside if _reads_buffer(producer, u)), None)
+            if materialized is not None and op_def(opcode).fusion_kind == "elementwise":
+                # The value is written to memory for that user anyway: recomputing it here
+                # would also pull in the chain behind it, and a chain of such producers (a
+                # residual stream, each value feeding the next convolution and the next
+                # add) would be computed again in every later kernel.
+                return f"written to memory for %{materialized.name} anyway: fusing would compute it again"
             if opcode in EXPENSIVE:
                 return f"expensive {opcode} has {len(producer.users)} users: fusing would compute it again"
             if len(producer.users) > self.max_duplicated_users:
@@ -177,6 +187,12 @@ def _feeds_gemm(producer: HloInstruction, consumer: HloInstruction) -> bool:
         return False
     param = fused_parameter(consumer, producer)
     return any(u.opcode in OUTPUT_FUSION_ROOTS for u in param.users)
+
+
+def _reads_buffer(producer: HloInstruction, user: HloInstruction) -> bool:
+    """Whether `user` reads `producer` from memory whatever is fused: the operand of a
+    GEMM or convolution, of an op that is never a consumer, or a program output."""
+    return user.opcode in BUFFER_READERS or _feeds_gemm(producer, user)
 
 
 def _reads_more_than_once(producer: HloInstruction, consumer: HloInstruction) -> bool:

@@ -81,6 +81,35 @@ ENTRY main {
     assert len(adds) == 2
 
 
+def test_a_residual_stream_is_computed_once(rng):
+    """Each value of the stream feeds a convolution (which reads it from memory) and the
+    next add: fused into the add's kernel it would be computed again there, and with it
+    every value before it."""
+    text = """
+HloModule residual
+ENTRY main {
+  x = f32[1,8,6,6] parameter(0)
+  w = f32[3,3,8,8] parameter(1)
+  zero = f32[] constant(0)
+  z = f32[1,8,6,6] broadcast(zero), dimensions={}
+  c1 = f32[1,8,6,6] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
+  a1 = f32[1,8,6,6] add(x, c1)
+  r1 = f32[1,8,6,6] maximum(a1, z)
+  c2 = f32[1,8,6,6] convolution(r1, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
+  a2 = f32[1,8,6,6] add(r1, c2)
+  r2 = f32[1,8,6,6] maximum(a2, z)
+  c3 = f32[1,8,6,6] convolution(r2, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
+  a3 = f32[1,8,6,6] add(r2, c3)
+  ROOT r3 = f32[1,8,6,6] maximum(a3, z)
+}
+"""
+    module = fused(text)
+    adds = [i for c in module.computations for i in c.instructions if i.opcode == "add"]
+    assert len(adds) == 3
+    assert any("written to memory for" in line for line in module.fusion_log)
+    assert_same_values(parse_module(text), module, rng, rtol=1e-5)
+
+
 def test_never_fuses_across_control_flow_or_custom_calls(rng):
     text = """
 HloModule boundaries
