@@ -1,0 +1,120 @@
+"""Pointwise (1x1) convolution of one image as pyxla's own GEMM (f32, f64), alone or with
+its elementwise epilogue.
+
+With a 1x1 window, stride 1, no padding or dilation, one group and a batch of one, every
+output position is the kernel's [input features, output features] matrix applied to the
+input's features there. When input and output hold their features before their spatial
+dimensions (NCHW) or after them (NHWC), in the default layout, the convolution is a matrix
+product of the buffers as they lie:
+
+    NCHW: out[O, HW] = W^T[O, C] x[C, HW]        NHWC: out[HW, O] = x[HW, C] W[C, O]
+
+so it runs as dot_tasks.py's blocks on the worker pool, each block by the GEMM kernel with
+the epilogue applied while the block is in cache. The register tiles of conv_tiles.py would
+first copy an NCHW input to NHWC and write the output back feature by feature (ResNet-50 at
+batch 1 spends half its arithmetic in such convolutions).
+"""
+from __future__ import annotations
+
+from math import prod
+
+from ...hlo.instruction import HloInstruction
+from ...hlo.shape import ArrayShape
+from .codegen import TASKS_PER_THREAD
+from .conv_tiles import EMITTERS, _operand
+from .convolution import ConvGeometry
+from .dot_tasks import emit_dot_tasks
+from .elemental import delinearize, etype
+from .ir_types import i64
+from .parallel import worker_pool
+
+
+def _default_layout(shape: ArrayShape) -> bool:
+    return tuple(shape.minor_to_major) == tuple(range(shape.rank - 1, -1, -1))
+
+
+def _features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple) -> bool | None:
+    """True when the dimensions but the batch are (feature, spatial...), False when
+    (spatial..., feature), None otherwise."""
+    rest = [d for d in range(shape.rank) if d != batch]
+    if rest == [feature, *spatial]:
+        return True
+    if rest == [*spatial, feature]:
+        return False
+    return None
+
+
+def fits(conv: HloInstruction) -> bool:
+    t = etype(conv)
+    if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands) or worker_pool() is None:
+        return False
+    x, w = conv.operands
+    if not all(_default_layout(s) for s in (x.shape, w.shape, conv.shape)) or conv.shape.size == 0:
+        return False
+    g = ConvGeometry.of(conv)
+    dn = g.dn
+    if g.groups != 1 or g.batch_groups != 1 or x.shape.dims[dn.input_batch] != 1 or g.input_features == 0:
+        return False
+    if not all(w_.size == 1 and w_.stride == 1 and w_.pad_low == 0 and w_.pad_high == 0 and w_.lhs_dilate == 1
+               and w_.rhs_dilate == 1 and not w_.reversal for w_ in g.window):
+        return False
+    return _features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is not None and \
+        _features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is not None
+
+
+class PointwiseGemm:
+    """The emitter (conv_tiles.EMITTERS' protocol) of a convolution that `fits`."""
+
+    def __init__(self, ke, conv: HloInstruction):
+        self.ke, self.conv = ke, conv
+        self.g = ConvGeometry.of(conv)
+
+    def emit(self, out_ptr, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:
+        ke, conv, g = self.ke, self.conv, self.g
+        dn = g.dn
+        x_ptr, x_shape = _operand(ke, conv.operands[0])
+        w_ptr, w_shape = _operand(ke, conv.operands[1])
+        features, outputs = g.input_features, g.groups * g.group_features
+        positions = prod(conv.shape.dims[d] for d in dn.output_spatial)
+        spatial = tuple(conv.shape.dims[d] for d in dn.output_spatial)
+        x_first = _features_first(x_shape, dn.input_batch, dn.input_feature, dn.input_spatial)
+        out_first = _features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial)
+        w_io = dn.kernel_input_feature < dn.kernel_output_feature   # W stored [C, O] (else [O, C])
+        if out_first:    # out[O, HW] = W^T x: A is W, read transposed when stored [C, O]
+            a, b, m, n = w_ptr, x_ptr, outputs, positions
+            a_t, b_t = w_io, not x_first
+        else:            # out[HW, O] = x W
+            a, b, m, n = x_ptr, w_ptr, positions, outputs
+            a_t, b_t = x_first, not w_io
+
+        def conv_index(i, j):
+            """The output index of element (i, j) of the product."""
+            feature, position = (i, j) if out_first else (j, i)
+            index = [None] * conv.shape.rank
+            index[dn.output_batch] = i64(0)
+            index[dn.output_feature] = feature
+            at = delinearize(ke.b, position, spatial, tuple(range(len(spatial) - 1, -1, -1))) if spatial else ()
+            for d, v in zip(dn.output_spatial, at):
+                index[d] = v
+            return tuple(index)
+
+        def apply(prefix, i, j):   # the epilogue of one element, in place over the product
+            index = conv_index(i, j)
+            ke.e.push_scope()
+            product = ke._load(out_ptr, out_shape, index)
+            ke.e.buffer_reads[id(conv)] = lambda _index, value=product: value
+            ke._store(out_ptr, out_shape, index, ke.e.value(epilogue, index))
+            ke.e.pop_scope()
+
+        # The product lands in the output itself when that is laid out as the convolution's
+        # result; otherwise in kernel scratch, and a loop writes the output (through the epilogue).
+        in_place = _default_layout(out_shape) and out_shape.dims == conv.shape.dims
+        product_ptr = out_ptr if in_place else ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
+        emit_dot_tasks(ke, etype(conv).name, product_ptr, a, b, (), m, n, features, a_t, b_t,
+                       worker_pool().threads * TASKS_PER_THREAD, apply if epilogue is not None and in_place else None)
+        if not in_place:
+            ke.e.buffer_reads[id(conv)] = lambda index: ke._load(product_ptr, conv.shape, index)
+            ke._emit_loop(epilogue if epilogue is not None else conv)
+
+
+EMITTERS.insert(0, (fits, PointwiseGemm))

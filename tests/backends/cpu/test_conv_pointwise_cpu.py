@@ -1,0 +1,81 @@
+"""Pointwise convolutions of one image as pyxla's GEMM (conv_pointwise.py): NCHW and NHWC,
+kernels stored input- or output-feature first, alone and with a fused epilogue, a result
+laid out differently from the product, against the interpreter on fresh random inputs; and
+what stays with the register tiles."""
+import numpy as np
+import pytest
+
+from pyxla.backends.cpu import conv_pointwise
+
+from .differential import assert_cpu_matches_interpreter
+from .test_parallel import pool  # noqa: F401  (fixture)
+
+
+def _routed(monkeypatch):
+    """The convolutions emitted by the GEMM route, as a list that fills while compiling."""
+    seen = []
+    emit = conv_pointwise.PointwiseGemm.emit
+    monkeypatch.setattr(conv_pointwise.PointwiseGemm, "emit",
+                        lambda self, *args: seen.append(self.conv.name) or emit(self, *args))
+    return seen
+
+
+def _module(t, x, w, out, labels, epilogue=False, window="size=1x1", out_layout=""):
+    text = f"""HloModule pw
+ENTRY e {{
+  x = {t}[{x}] parameter(0)
+  w = {t}[{w}] parameter(1)
+"""
+    if not epilogue:
+        return text + f"  ROOT c = {t}[{out}]{out_layout} convolution(x, w), window={{{window}}}, dim_labels={labels}\n}}\n"
+    feature = labels.split("->")[1].index("f")
+    n_out = int(out.split(",")[feature])
+    return text + f"""  b = {t}[{n_out}] parameter(2)
+  c = {t}[{out}] convolution(x, w), window={{{window}}}, dim_labels={labels}
+  bb = {t}[{out}] broadcast(b), dimensions={{{feature}}}
+  s = {t}[{out}] add(c, bb)
+  zero = {t}[] constant(0)
+  z = {t}[{out}] broadcast(zero), dimensions={{}}
+  ROOT r = {t}[{out}]{out_layout} maximum(s, z)
+}}
+"""
+
+
+CASES = [
+    # (x, w, out, dim_labels): NCHW and NHWC, kernels IO and OI, odd sizes (edges of the tiles)
+    ("1,37,9,7", "1,1,37,45", "1,45,9,7", "bf01_01io->bf01"),
+    ("1,9,7,37", "1,1,37,45", "1,9,7,45", "b01f_01io->b01f"),
+    ("1,37,9,7", "45,37,1,1", "1,45,9,7", "bf01_oi01->bf01"),
+    ("1,9,7,37", "45,37,1,1", "1,9,7,45", "b01f_oi01->b01f"),
+    ("1,64,300", "1,64,130", "1,130,300", "bf0_0io->bf0"),
+]
+
+
+@pytest.mark.parametrize("t,tol", [("f32", 2e-4), ("f64", 1e-11)])
+@pytest.mark.parametrize("epilogue", [False, True], ids=["alone", "bias-relu"])
+@pytest.mark.parametrize("x,w,out,labels", CASES, ids=[c[3] for c in CASES])
+def test_pointwise_convolution_as_gemm(x, w, out, labels, epilogue, t, tol, rng, monkeypatch, pool):  # noqa: F811
+    routed = _routed(monkeypatch)
+    window = "size=" + "x".join("1" * (len(labels.split("_")[0]) - 2))
+    got = assert_cpu_matches_interpreter(_module(t, x, w, out, labels, epilogue, window), rng, rtol=tol, atol=tol)
+    assert routed and got[0].shape == tuple(map(int, out.split(",")))
+
+
+def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool):  # noqa: F811
+    routed = _routed(monkeypatch)
+    text = _module("f32", "1,24,5,6", "1,1,24,40", "1,40,5,6", "bf01_01io->bf01", epilogue=True,
+                   out_layout="{1,3,2,0}")
+    assert_cpu_matches_interpreter(text, rng, rtol=2e-4, atol=2e-4)
+    assert routed
+
+
+@pytest.mark.parametrize("x,w,out,window", [
+    ("2,16,5,5", "1,1,16,24", "2,24,5,5", "size=1x1"),                       # a batch of two
+    ("1,16,9,9", "1,1,16,24", "1,24,5,5", "size=1x1 stride=2x2"),            # strided
+    ("1,16,5,5", "3,3,16,24", "1,24,5,5", "size=3x3 pad=1_1x1_1"),           # a real window
+])
+def test_other_convolutions_stay_with_the_tiles(x, w, out, window, rng, monkeypatch, pool):  # noqa: F811
+    routed = _routed(monkeypatch)
+    assert_cpu_matches_interpreter(_module("f32", x, w, out, "bf01_01io->bf01", window=window), rng,
+                                   rtol=2e-4, atol=2e-4)
+    assert not routed
