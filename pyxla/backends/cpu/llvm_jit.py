@@ -31,6 +31,13 @@ def _initialise() -> None:
         if not _initialised:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
+            # Loop strength reduction rewrites the address arithmetic of loops for the
+            # addressing modes; on kernels with many pointers per loop (a convolution tile
+            # reads 8 pixels and 2 kernel rows) its search took 40% of all LLVM time (CNN
+            # block: machine code 73 -> 21 ms, first call 153 -> 115 ms), and without it no
+            # benchmark kernel ran slower (measured side by side). The option is LLVM's own,
+            # so it holds for every module this process's LLVM compiles.
+            llvm.set_option("pyxla", "--disable-lsr")
             _initialised = True
 
 
