@@ -28,8 +28,10 @@ Kernels by kind:
                 reduction runs once, then the row's outputs are written. When reductions or
                 outputs do not share the rows, each reduction is first computed whole into
                 kernel scratch, then every output by its own loop nest reading them
-  gemm          dot of f32/f64 in canonical form: a BLAS call per batch element, and for
-                fusion kOutput the epilogue loop in place over the result
+  gemm          dot of f32/f64 in canonical form: a BLAS call per batch element, pyxla's own
+                GEMM in blocks on the pool (dot_tasks.py), or, when m or n is 1, the
+                matrix-vector kernels (gemv_kernel.py); for fusion kOutput the epilogue in
+                place over the result, per block where it can be
 
 Across threads. A loop nest (a loop kernel, the rows of a reduction kernel, an epilogue)
 whose estimated work is at least PARALLEL_MIN_WORK is split across the worker pool
@@ -65,8 +67,9 @@ from . import kernel_profile
 from .blas import emit_gemm
 from .control_flow import (CONTROL_FLOW, VIEWS, Frame, Leaf, align, copy_array, plan_memory,
                            tuple_element_offsets, value_leaves)
-from .elemental import RULES, ElementalEmitter, Unsupported, emit_reduction_loop, etype, linear_index
+from .elemental import RULES, ElementalEmitter, Unsupported, delinearize, emit_reduction_loop, etype, linear_index
 from .dot_tasks import emit_dot_tasks
+from .gemv_kernel import emit_gemv
 from .ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
 from .loops import for_range, for_span
 from .parallel import emit_parallel_tasks, worker_pool
@@ -92,6 +95,11 @@ SPLITTABLE_REDUCERS = ("add", "multiply", "maximum", "minimum", "and", "or")
 # Dots of at least this many multiply-adds run as blocks on the pool, each with pyxla's own
 # GEMM (dot_tasks.py says why); smaller ones, and all when kernels run on one thread, call BLAS.
 OWN_GEMM_MIN_WORK = 1 << 20
+# Dots with m or n of 1 (matrix-vector: fully connected layers at batch 1) are bound by memory
+# and take the matrix-vector kernels, never the GEMM or BLAS (gemv_kernel.py says why); on the
+# pool from this many multiply-adds (measured, kernel alone: 1x512x512 f32 7-10 us on the pool,
+# 13 on one thread; 1x256x256 3 us either way).
+GEMV_PARALLEL_MIN_WORK = 1 << 18
 
 
 @dataclass
@@ -663,8 +671,9 @@ class KernelEmitter:
         return self.b.gep(self.out_ptr, [i64(offset)], source_etype=I8) if offset else self.out_ptr
 
     def _emit_gemm(self, root: HloInstruction) -> bool:
-        """A BLAS call for an f32/f64 canonical dot whose operands are buffers; False when the
-        dot does not fit (the elemental loops then compute it)."""
+        """An f32/f64 canonical dot whose operands are buffers: the matrix-vector kernels when
+        m or n is 1, pyxla's GEMM in blocks on the pool when it is large, else BLAS; False
+        when the dot does not fit (the elemental loops then compute it)."""
         dot = root if root.opcode == "dot" else next(
             (i for i in self.fused.instructions if i.opcode == "dot"), None)
         if dot is None:
@@ -718,7 +727,20 @@ class KernelEmitter:
 
         pool = worker_pool()
         per_product = False   # whether the epilogue ran per block, inside the tasks
-        if pool is not None and batch * m * n * k >= OWN_GEMM_MIN_WORK:
+        if m == 1 or n == 1:
+            per_product = root is not dot and in_place
+            tasks = pool.threads * TASKS_PER_THREAD if pool is not None and \
+                batch * m * n * k >= GEMV_PARALLEL_MIN_WORK else 1
+            # y = x M. m == 1: x is A (a k-vector however A is laid out), M is B. n == 1: x is B,
+            # y = A x is x A^T, M is A^T: read by dot products unless A comes as [k, m]
+            x, mat, count, transposed = (lptr, rptr, n, b_t) if m == 1 else (rptr, lptr, m, not a_t)
+
+            def epilogue_at(flat):   # the product is row-major: its flat index is the result's
+                self._store_root(root, shape, delinearize(b, flat, shape.dims, shape.minor_to_major))
+
+            emit_gemv(self, t.name, product_ptr, x, mat, batch, count, k, transposed, tasks,
+                      epilogue_at if per_product else None)
+        elif pool is not None and batch * m * n * k >= OWN_GEMM_MIN_WORK:
             per_product = root is not dot and in_place and shape.rank == nb + 2
 
             def epilogue(prefix, i, j):

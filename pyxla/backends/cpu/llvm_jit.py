@@ -126,7 +126,7 @@ class LlvmJit:
         return addresses
 
 
-OBJECT_FORMAT = "helper-object-1"   # changed whenever the way helpers are compiled changes
+OBJECT_FORMAT = "helper-object-2"   # changed whenever the way helpers are compiled changes (2: no LSR)
 
 
 _jit: LlvmJit | None = None

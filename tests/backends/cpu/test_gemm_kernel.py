@@ -2,7 +2,8 @@
 called directly on odd shapes, transposed and strided operands, edges of every tile size and
 empty sums; the cut of products into blocks; and dots compiled to blocks on the pool (whole
 products of a batch, blocks of single products, the epilogue per block or after all of
-them), against NumPy float64 on fresh random inputs."""
+them), against NumPy float64 on fresh random inputs. Dots with m or n of 1 take the
+matrix-vector kernels instead (test_gemv.py)."""
 import ctypes
 
 import numpy as np
@@ -145,15 +146,6 @@ def test_batched_dot_on_the_pool(rng, monkeypatch, pool, dtype_name, a_t, b_t): 
     a64 = np.swapaxes(a, -1, -2).astype(np.float64) if a_t else a.astype(np.float64)
     b64 = np.swapaxes(b, -1, -2).astype(np.float64) if b_t else b.astype(np.float64)
     _close(executable(a, b), a64 @ b64, dtype_name, k)
-
-
-def test_batched_matrix_vector(rng, monkeypatch, pool):  # noqa: F811
-    """An operand without a free dimension: products of m x 1 (and 1 x n)."""
-    text = _dot_module("f32", (16, 9, 33), (16, 33), (16, 9), 2, 1, 1)
-    executable, calls = _compile(text, monkeypatch)
-    assert calls == [33]
-    a, b = rng.standard_normal((16, 9, 33)).astype(np.float32), rng.standard_normal((16, 33)).astype(np.float32)
-    _close(executable(a, b), np.einsum("bmk,bk->bm", a.astype(np.float64), b.astype(np.float64)), "f32", 33)
 
 
 def test_epilogue_per_product(rng, monkeypatch, pool):  # noqa: F811
