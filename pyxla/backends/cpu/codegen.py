@@ -584,10 +584,12 @@ class KernelEmitter:
     # --- splitting across threads ---------------------------------------------------------------
     def _element_cost(self) -> int:
         """The estimated cost of one element of this kernel's loops (its elementwise ops,
-        transcendental ones counting EXPENSIVE_COST), at least 1."""
+        transcendental ones counting EXPENSIVE_COST, a reduce-window its window's elements),
+        at least 1."""
         instrs = self.fused.instructions if self.fused is not None else [self.instr]
         cost = sum(EXPENSIVE_COST if i.opcode in EXPENSIVE_OPS else 1 for i in instrs
                    if op_def(i.opcode).fusion_kind == "elementwise")
+        cost += sum(_prod(w.size for w in i.attrs["window"]) for i in instrs if i.opcode == "reduce-window")
         return max(1, cost)
 
     def _split(self, extents, work: float):
