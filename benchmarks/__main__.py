@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +57,7 @@ def main(argv=None) -> None:
     env = child_environment()
     runs = []
     load_before = os.getloadavg()
+    others = OtherProcesses()
     for fw in ns.frameworks:
         print(f"running {fw} ...", flush=True)
         runs.append(_run_process(fw, out / f"{fw}.json", env, "benchmarks.runner", "--scale", str(ns.scale),
@@ -70,7 +73,40 @@ def main(argv=None) -> None:
                     f"import json; from benchmarks.ceilings import ceilings; print(json.dumps(ceilings({ns.scale})))"]
     ceil = json.loads(subprocess.run(ceilings_cmd, env=env, capture_output=True, text=True, check=True).stdout)
     load_after = os.getloadavg()
-    print(write_report(runs, ceil, out, load_before, load_after, model_runs))
+    print(write_report(runs, ceil, out, load_before, load_after, model_runs, others_share=others.share()))
+
+
+class OtherProcesses:
+    """The share of the machine's CPU time that processes other than this run used while it
+    ran: all busy time (/proc/stat) less this process's and its children's. The load average
+    cannot say this: the run's own two threads raise it."""
+
+    def __init__(self):
+        self.start = (time.monotonic(), _busy_seconds(), _own_seconds())
+
+    def share(self) -> float | None:
+        t0, busy0, own0 = self.start
+        busy1 = _busy_seconds()
+        if busy0 is None or busy1 is None:
+            return None
+        elapsed = (time.monotonic() - t0) * (os.cpu_count() or 1)
+        return max(0.0, (busy1 - busy0) - (_own_seconds() - own0)) / elapsed if elapsed > 0 else None
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds all processes have used since boot (None where /proc/stat is missing)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)   # idle and iowait
+    guest = sum(fields[8:10]) if len(fields) > 9 else 0       # already counted in user and nice
+    return (sum(fields) - idle - guest) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
 
 
 if __name__ == "__main__":

@@ -83,18 +83,27 @@ def _failures(runs: list[dict]) -> list[str]:
     return lines
 
 
+BUSY_SHARE = 0.1   # other processes using more than this share of the CPUs make a run "busy"
+
+
 def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_after,
-                 model_runs: list[dict] = ()) -> str:
+                 model_runs: list[dict] = (), others_share: float | None = None) -> str:
+    """others_share: the CPU share other processes used during the run (None: unknown, and
+    the load average before the run decides)."""
     table = summarize(runs)
     names = [r["framework"] for r in runs]
-    busy = max(load_before[0], load_after[0]) > 0.5 * (os.cpu_count() or 1)
+    if others_share is not None:
+        busy = others_share > BUSY_SHARE
+        load_text = f"Other processes used {100 * others_share:.0f}% of the CPUs during the run"
+    else:
+        busy = load_before[0] > 0.5 * (os.cpu_count() or 1)
+        load_text = f"Load average before the run: {load_before[0]:.2f}"
     lines = [f"# pyxla benchmarks, {time.strftime('%Y-%m-%d')}",
              "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores; ceilings: copy "
              f"{ceilings['copy_gb_per_s']:.1f} GB/s, triad {ceilings['triad_gb_per_s']:.1f} GB/s, "
              f"SGEMM {ceilings['sgemm_gflops']:.0f} GFLOP/s.",
-             f"Load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f}"
-             + (" — the machine was BUSY: treat these numbers with care." if busy else "."),
+             load_text + (" — the machine was BUSY: treat these numbers with care." if busy else "."),
              "",
              "| workload | " + " | ".join(names) + " | pyxla / best peer |",
              "|---|" + "---|" * len(names) + "---|"]
@@ -125,7 +134,7 @@ def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_
         k: {"best_peer": v["best_peer"], "pyxla_over_best_peer": v["pyxla_over_best_peer"]} for k, v in table.items()},
         "onnx_models": {"runs": list(model_runs), "summary": {
             k: v["pyxla_over_onnxruntime"] for k, v in summarize_models(list(model_runs)).items()}},
-        "load_average": [load_before, load_after]}, indent=1, default=str))
+        "load_average": [load_before, load_after], "others_cpu_share": others_share}, indent=1, default=str))
     ratios = {k: v["pyxla_over_best_peer"] for k, v in table.items()}
     ratios.update({f"onnx {k}": v["pyxla_over_onnxruntime"] for k, v in summarize_models(list(model_runs)).items()})
     _chart(ratios, out / "ratios.png")

@@ -19,6 +19,17 @@ def test_suite_runs_and_reports(tmp_path):
         assert entry.get("correct"), (name, entry)
         assert entry["median_s"] > 0 and entry["first_call_s"] > 0
     assert set(data["ceilings"]) == {"copy_gb_per_s", "triad_gb_per_s", "sgemm_gflops"}
+    share = data["others_cpu_share"]
+    assert share is None or 0 <= share <= 1
+
+
+@pytest.mark.parametrize("share,busy", [(0.5, True), (0.01, False)])
+def test_report_says_when_other_processes_took_the_cpus(tmp_path, share, busy):
+    from benchmarks.report import write_report
+    report = write_report([], {"copy_gb_per_s": 1, "triad_gb_per_s": 1, "sgemm_gflops": 1}, tmp_path,
+                          (0, 0, 0), (3, 3, 3), others_share=share)
+    assert f"Other processes used {100 * share:.0f}% of the CPUs" in report
+    assert ("BUSY" in report) == busy
 
 
 def test_onnx_light_models_are_timed_and_checked(tmp_path):
