@@ -40,14 +40,14 @@ import llvmlite.ir as ir
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_tiles import (EMITTERS, MIN_GROUP_FEATURES, _minor, _operand, fma_intrinsic,
+from .conv_tiles import (EMITTERS, MIN_GROUP_FEATURES, ConvolutionEmitter, _minor, fma_intrinsic,
                          splat)
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, etype, linear_index
-from .ir_types import I1, I8, I64, PTR, i64, storage_type
+from .ir_types import I1, I8, I64, PTR, i64
 from .llvm_jit import host_jit
 from .loops import for_range
-from .parallel import emit_parallel_tasks, worker_pool
+from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
 
 CHUNK_VECTORS = 4          # vectors of virtual positions per trip: independent chains of FMAs
@@ -147,18 +147,10 @@ def plan(conv: HloInstruction, lhs: ArrayShape, out: ArrayShape, threads: int) -
                          units, per_task, ceil(units / per_task))
 
 
-class DepthwiseConvolution:
+class DepthwiseConvolution(ConvolutionEmitter):
     def __init__(self, ke, conv: HloInstruction):
-        self.ke = ke
-        self.b = ke.b
-        self.conv = conv
-        self.t = etype(conv)
-        self.st = storage_type(self.t)
-        lhs, rhs = conv.operands
-        self.lhs_ptr, self.lhs_shape = _operand(ke, lhs)
-        self.rhs_ptr, self.rhs_shape = _operand(ke, rhs)
-        self.pool = worker_pool()
-        self.p = plan(conv, self.lhs_shape, conv.shape, self.pool.threads if self.pool is not None else 1)
+        super().__init__(ke, conv)
+        self.p = plan(conv, self.lhs_shape, conv.shape, self.threads)
         self.g = self.p.g
         self.vector = ir.VectorType(self.st, self.p.lanes)
 

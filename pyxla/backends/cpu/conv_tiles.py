@@ -262,19 +262,27 @@ def _read_at_output_index(conv: HloInstruction, root: HloInstruction) -> bool:
     return reach is not None and (root is conv or id(root) in reach)
 
 
-class TiledConvolution:
+class ConvolutionEmitter:
+    """What a convolution emitter (EMITTERS) starts from: the kernel emitter, the convolution,
+    its element type, its operands' buffers and the worker pool (None: one thread)."""
+
     def __init__(self, ke, conv: HloInstruction):
-        self.ke = ke
-        self.b = ke.b
-        self.conv = conv
+        self.ke, self.b, self.conv = ke, ke.b, conv
         self.t = etype(conv)
         self.st = storage_type(self.t)
-        lhs, rhs = conv.operands
-        self.lhs_ptr, self.lhs_shape = _operand(ke, lhs)
-        self.rhs_ptr, self.rhs_shape = _operand(ke, rhs)
-        pool = worker_pool()
-        self.pool = pool
-        self.p = plan(conv, self.lhs_shape, self.rhs_shape, pool.threads if pool is not None else 1)
+        self.lhs_ptr, self.lhs_shape = _operand(ke, conv.operands[0])
+        self.rhs_ptr, self.rhs_shape = _operand(ke, conv.operands[1])
+        self.pool = worker_pool()
+
+    @property
+    def threads(self) -> int:
+        return self.pool.threads if self.pool is not None else 1
+
+
+class TiledConvolution(ConvolutionEmitter):
+    def __init__(self, ke, conv: HloInstruction):
+        super().__init__(ke, conv)
+        self.p = plan(conv, self.lhs_shape, self.rhs_shape, self.threads)
         self.g = self.p.g
         self.vector = ir.VectorType(self.st, self.p.lanes)
 

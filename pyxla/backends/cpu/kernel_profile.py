@@ -28,7 +28,7 @@ import llvmlite.ir as ir
 
 from ...hlo.instruction import HloInstruction
 from ...runtime.analysis import kernel_cost
-from .ir_types import I64, PTR, i64
+from .ir_types import I64, i64
 
 ENVIRONMENT_VARIABLE = "PYXLA_PROFILE"
 WHOLE_CALL = "(whole call)"
