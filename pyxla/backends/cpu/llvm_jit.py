@@ -95,7 +95,10 @@ class LlvmJit:
         start = time.perf_counter()
         module = self._optimised(ir_text)
         optimised = str(module) if want_assembly else ""
-        assembly = self.target_machine.emit_assembly(module) if want_assembly else None
+        # The assembly is printed from a copy: LLVM's code generator rewrites the IR it is
+        # given (CodeGenPrepare), and the engine compiling that rewritten module again made
+        # wrong code (DenseNet-121 crashed under PYXLA_DUMP).
+        assembly = self.target_machine.emit_assembly(llvm.parse_assembly(optimised)) if want_assembly else None
         optimised_at = time.perf_counter()
         with _lock:
             self.engine.add_module(module)
