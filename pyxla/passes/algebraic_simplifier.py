@@ -447,6 +447,21 @@ def concatenate_trivial(instr, ctx):
     return None
 
 
+@RULES.rule("concatenate")
+def concatenate_flatten(instr, ctx):
+    """concatenate(concatenate(a, b), c) along one dimension is concatenate(a, b, c): a
+    DenseNet block's features, concatenated one layer at a time, become one concatenate
+    whose elements each read one operand instead of passing every level."""
+    (axis,) = instr.attrs["dimensions"]
+    if not any(o.opcode == "concatenate" and tuple(o.attrs["dimensions"]) == (axis,) for o in instr.operands):
+        return None
+    flat = []
+    for o in instr.operands:
+        inner = o.opcode == "concatenate" and tuple(o.attrs["dimensions"]) == (axis,)
+        flat.extend(o.operands if inner else [o])
+    return ctx.add("concatenate", flat, instr.shape, {"dimensions": (axis,)}, like=instr)
+
+
 @RULES.rule("dynamic-slice")
 def dynamic_slice_constant_starts(instr, ctx):
     """With constant starts, the clamping XLA does at run time can be done now: a static slice."""

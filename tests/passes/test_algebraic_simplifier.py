@@ -194,6 +194,14 @@ CASES = [
     ("concatenate_trivial", f"""{X}
   e = f32[0] parameter(1)
   ROOT r = f32[4] concatenate(e, x), dimensions={{0}}""", f"ROOT {X}"),
+    ("concatenate_flatten", """a = f32[2,3] parameter(0)
+  b = f32[2,1] parameter(1)
+  c = f32[2,4] parameter(2)
+  ab = f32[2,4] concatenate(a, b), dimensions={1}
+  ROOT r = f32[2,8] concatenate(ab, c), dimensions={1}""", """a = f32[2,3] parameter(0)
+  b = f32[2,1] parameter(1)
+  c = f32[2,4] parameter(2)
+  ROOT r = f32[2,8] concatenate(a, b, c), dimensions={1}"""),
     ("dynamic_slice_constant_starts", """v = f32[10] parameter(0)
   s = s32[] constant(8)
   ROOT r = f32[4] dynamic-slice(v, s), dynamic_slice_sizes={4}""", """v = f32[10] parameter(0)
