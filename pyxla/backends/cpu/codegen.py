@@ -65,6 +65,7 @@ from ...hlo.types import integer_limits
 from ...runtime.analysis import byte_size
 from . import kernel_profile
 from .blas import emit_gemm
+from .concat_rows import concatenate_of, emit_concatenated_rows
 from .control_flow import (CONTROL_FLOW, VIEWS, Frame, Leaf, align, copy_array, plan_memory,
                            tuple_element_offsets, value_leaves)
 from .elemental import RULES, ElementalEmitter, Unsupported, delinearize, emit_reduction_loop, etype, linear_index
@@ -412,6 +413,9 @@ class KernelEmitter:
         if root.opcode not in RULES or isinstance(root.shape, TupleShape):
             raise Unsupported(f"the CPU backend cannot compile {instr.opcode}"
                               f"{' (' + root.opcode + ')' if root is not instr else ''} yet: {instr.describe()}")
+        concat = concatenate_of(self, root)
+        if concat is not None:
+            return emit_concatenated_rows(self, root, concat)
         self._emit_loop(root)
 
     def _output_fusion_kernel(self):

@@ -1,0 +1,70 @@
+"""Loop kernels over a concatenate of buffers, row by row (concat_rows.py): the rows of each
+operand with the elementwise ops after the concatenate, against the interpreter on fresh
+random inputs; and the kernels that keep the elemental concatenate."""
+import pytest
+
+from pyxla.backends.cpu import codegen
+
+from .differential import assert_cpu_matches_interpreter
+
+
+def _taken(monkeypatch):
+    """Whether each loop kernel compiled took the row route, as a list that fills."""
+    seen = []
+    find = codegen.concatenate_of
+    monkeypatch.setattr(codegen, "concatenate_of", lambda ke, root: seen.append(find(ke, root)) or seen[-1])
+    return seen
+
+
+def _module(dims_list, axis, out_layout="", first=""):
+    """concatenate of parameters along `axis`, then x * scale + shift and a ReLU (batch norm's
+    inference form, as DenseNet applies it to the concatenated features)."""
+    total = list(dims_list[0])
+    total[axis] = sum(d[axis] for d in dims_list)
+    t = ",".join(map(str, total))
+    params = "\n".join(f"  p{k} = f32[{','.join(map(str, d))}] parameter({k})" for k, d in enumerate(dims_list))
+    n = len(dims_list)
+    names = ", ".join(f"p{k}" for k in range(n))
+    if first:   # the first operand computed in the kernel rather than read from a buffer
+        names = names.replace("p0", "q0", 1)
+    return f"""HloModule cat
+ENTRY e {{
+{params}
+  s = f32[{total[axis]}] parameter({n})
+  h = f32[{total[axis]}] parameter({n + 1})
+{first}
+  c = f32[{t}] concatenate({names}), dimensions={{{axis}}}
+  sb = f32[{t}] broadcast(s), dimensions={{{axis}}}
+  hb = f32[{t}] broadcast(h), dimensions={{{axis}}}
+  m = f32[{t}] multiply(c, sb)
+  a = f32[{t}] add(m, hb)
+  z = f32[] constant(0)
+  zb = f32[{t}] broadcast(z), dimensions={{}}
+  ROOT r = f32[{t}]{out_layout} maximum(a, zb)
+}}
+"""
+
+
+@pytest.mark.parametrize("dims_list,axis", [
+    ([(1, 5, 7, 9), (1, 3, 7, 9), (1, 8, 7, 9)], 1),            # NCHW features, batch of one
+    ([(2, 4, 6, 5), (2, 1, 6, 5), (2, 6, 6, 5), (2, 2, 6, 5)], 1),   # a batch of two: rows of each image
+    ([(3, 5, 17), (3, 0, 17), (3, 2, 17)], 1),                  # an empty operand
+    ([(4, 33), (2, 33)], 0),                                    # the outermost dimension
+], ids=["nchw", "batch", "empty-operand", "outermost"])
+def test_rows_of_each_operand(dims_list, axis, rng, monkeypatch):
+    taken = _taken(monkeypatch)
+    assert_cpu_matches_interpreter(_module(dims_list, axis), rng, rtol=1e-6, atol=1e-6)
+    assert any(c is not None for c in taken)
+
+
+@pytest.mark.parametrize("case", ["minor-most axis", "computed operand", "result in another layout"])
+def test_other_concatenates_stay_elemental(case, rng, monkeypatch):
+    taken = _taken(monkeypatch)
+    if case == "minor-most axis":
+        text = _module([(2, 3, 5), (2, 3, 4)], 2)
+    elif case == "computed operand":
+        text = _module([(1, 4, 6, 6), (1, 2, 6, 6)], 1, first="  q0 = f32[1,4,6,6] negate(p0)")
+    else:
+        text = _module([(1, 4, 6, 6), (1, 2, 6, 6)], 1, out_layout="{1,3,2,0}")
+    assert_cpu_matches_interpreter(text, rng, rtol=1e-6, atol=1e-6)
+    assert taken and all(c is None for c in taken)
