@@ -11,13 +11,13 @@ plain loop over that buffer, which LLVM vectorises (DenseNet-121, whose every de
 begins with such a kernel: 42.3 -> 38.7 ms per image, with the concatenates already
 flattened by the algebraic simplifier).
 
-Taken when every operand of the concatenate is a buffer (a fusion parameter) and every
-array the kernel reads or writes is in the default layout, the result is elementwise from
-the concatenate, and the concatenated dimension is not the minor-most.
+Taken when every array the kernel reads or writes is in the default layout, the result is
+elementwise from the concatenate, the concatenated dimension is not the minor-most, and
+either every operand is a buffer (a fusion parameter: the row's start is selected among
+them) or there are at most MAX_COMPUTED_PARTS operands (Inception's branches, each with its
+batch norm and ReLU: a loop of the row's elements for each operand, one of them taken).
 """
 from __future__ import annotations
-
-from math import prod
 
 from ...fusion.buffer_assignment import elementwise_reach
 from ...hlo.instruction import HloInstruction
@@ -25,6 +25,9 @@ from ...hlo.shape import ArrayShape
 from .elemental import etype, linear_index
 from .ir_types import I8, i64
 from .loops import for_range
+
+
+MAX_COMPUTED_PARTS = 8   # operands computed in the kernel each get a loop of their own: a few at most
 
 
 def _default_layout(shape) -> bool:
@@ -45,7 +48,7 @@ def concatenate_of(ke, root: HloInstruction) -> HloInstruction | None:
     if axis == concat.shape.rank - 1 or concat.shape.dims != shape.dims or not _default_layout(shape) \
             or reach is None or (root is not concat and id(root) not in reach):
         return None
-    if any(op.opcode != "parameter" for op in concat.operands):
+    if any(op.opcode != "parameter" for op in concat.operands) and len(concat.operands) > MAX_COMPUTED_PARTS:
         return None
     if not all(_default_layout(op.shape) for op in ke.instr.operands):
         return None
@@ -57,31 +60,40 @@ def emit_concatenated_rows(ke, root: HloInstruction, concat: HloInstruction) -> 
     shape = ke.instr.shape
     (axis,) = concat.attrs["dimensions"]
     outer, inner = shape.dims[:axis], shape.dims[axis + 1:]
-    row = prod(inner)
-    size = etype(concat).bytes
     row_shape = ArrayShape(concat.shape.dtype, tuple(inner))
-    parts = []   # (first index along the axis, extent, buffer)
+    parts = []   # (first index along the axis, extent, operand)
     offset = 0
     for op in concat.operands:
         if op.shape.dims[axis]:
-            parts.append((offset, op.shape.dims[axis], ke._operand_pointer(op)))
+            parts.append((offset, op.shape.dims[axis], op))
         offset += op.shape.dims[axis]
 
-    def rows(prefix):
+    def row_of(prefix, read) -> None:
+        """The row at `prefix` (its index up to the axis), the concatenate read by read(index)."""
+        def element(index):
+            ke.e.buffer_reads[id(concat)] = lambda _index: read(tuple(index))
+            ke._store_root(root, shape, tuple(prefix) + tuple(index))
+            del ke.e.buffer_reads[id(concat)]
+        for_range(b, list(inner), element)
+
+    def buffer_rows(prefix):   # every operand a buffer: the row's start chosen by selects
         at = prefix[axis]
         outer_flat = linear_index(b, prefix[:axis], outer, tuple(range(axis - 1, -1, -1))) if outer else i64(0)
         start = None
-        for first, extent, ptr in parts:   # the row's buffer and its start there, chosen once per row
+        for first, extent, op in parts:
             local = b.add(b.mul(outer_flat, i64(extent)), b.sub(at, i64(first)))
-            here = b.gep(ptr, [b.mul(local, i64(row * size))], source_etype=I8)
+            here = b.gep(ke._operand_pointer(op), [b.mul(local, i64(row_shape.size * etype(concat).bytes))],
+                         source_etype=I8)
             start = here if start is None else b.select(b.icmp_signed(">=", at, i64(first)), here, start)
+        row_of(prefix, lambda index: ke._load(start, row_shape, index))
 
-        def element(index):
-            ke.e.buffer_reads[id(concat)] = lambda _index: ke._load(start, row_shape, tuple(index))
-            ke._store_root(root, shape, tuple(prefix) + tuple(index))
-            del ke.e.buffer_reads[id(concat)]
+    def computed_rows(prefix):   # a few operands, some computed here: a loop for each
+        at = prefix[axis]
+        for first, extent, op in parts:
+            inside = b.and_(b.icmp_signed(">=", at, i64(first)), b.icmp_signed("<", at, i64(first + extent)))
+            with b.if_then(inside):
+                local = tuple(prefix[:axis]) + (b.sub(at, i64(first)),)
+                row_of(prefix, lambda index, op=op, local=local: ke.e.value(op, local + index))
 
-        for_range(b, list(inner), element)
-
+    rows = buffer_rows if all(op.opcode == "parameter" for _, _, op in parts) else computed_rows
     ke._loop_nest(list(shape.dims[:axis + 1]), rows, shape.size * ke._element_cost())
-

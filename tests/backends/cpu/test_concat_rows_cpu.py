@@ -57,13 +57,20 @@ def test_rows_of_each_operand(dims_list, axis, rng, monkeypatch):
     assert any(c is not None for c in taken)
 
 
-@pytest.mark.parametrize("case", ["minor-most axis", "computed operand", "result in another layout"])
+def test_a_few_computed_operands_get_a_loop_each(rng, monkeypatch):
+    taken = _taken(monkeypatch)
+    text = _module([(2, 4, 6, 6), (2, 3, 6, 6), (2, 5, 6, 6)], 1, first="  q0 = f32[2,4,6,6] exponential(p0)")
+    assert_cpu_matches_interpreter(text, rng, rtol=1e-6, atol=1e-6)
+    assert any(c is not None for c in taken)
+
+
+@pytest.mark.parametrize("case", ["minor-most axis", "many operands, one computed", "result in another layout"])
 def test_other_concatenates_stay_elemental(case, rng, monkeypatch):
     taken = _taken(monkeypatch)
     if case == "minor-most axis":
         text = _module([(2, 3, 5), (2, 3, 4)], 2)
-    elif case == "computed operand":
-        text = _module([(1, 4, 6, 6), (1, 2, 6, 6)], 1, first="  q0 = f32[1,4,6,6] negate(p0)")
+    elif case == "many operands, one computed":
+        text = _module([(1, 2, 6, 6)] * 10, 1, first="  q0 = f32[1,2,6,6] negate(p0)")
     else:
         text = _module([(1, 4, 6, 6), (1, 2, 6, 6)], 1, out_layout="{1,3,2,0}")
     assert_cpu_matches_interpreter(text, rng, rtol=1e-6, atol=1e-6)
