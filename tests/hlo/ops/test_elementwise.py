@@ -729,3 +729,17 @@ def test_shape_rules_infer_results():
     x, y = b.parameter(F32_3, "x"), b.parameter(F32_4, "y")
     with pytest.raises(ShapeError):
         b.op("multiply", x, y)
+
+
+def test_scipy_special_is_imported_on_first_use():
+    """`import pyxla` leaves scipy.special (half its import time) until erf or logistic is
+    evaluated."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np, pyxla\n"
+            "assert 'scipy.special' not in sys.modules\n"
+            "from pyxla.hlo.ops import op_def\n"
+            "print(op_def('erf').extra['numpy'](np.array([0.5]))[0])\n"
+            "assert 'scipy.special' in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert abs(float(out) - 0.5204998778130465) < 1e-15
