@@ -190,6 +190,16 @@ def elementwise_reach(value: HloInstruction) -> set[int] | None:
     return seen
 
 
+def read_elementwise(value: HloInstruction, root: HloInstruction) -> bool:
+    """Whether `root` reads `value` only through elementwise ops of value's dims, so that
+    root's element i depends on value's element i alone (an epilogue may then run on a part
+    of value, in place, as soon as that part is computed)."""
+    if root is value:
+        return True
+    reach = elementwise_reach(value)
+    return reach is not None and id(root) in reach
+
+
 def assign_buffers(module: HloModule, comp: HloComputation | None = None,
                    donated: tuple[int, ...] = ()) -> BufferAssignment:
     comp = comp or module.entry

@@ -61,6 +61,11 @@ class ArrayShape(Shape):
         return self.layout if self.layout is not None else default_layout(self.rank)
 
     @property
+    def is_row_major(self) -> bool:
+        """Laid out in the default order: the last dimension minor-most."""
+        return self.minor_to_major == default_layout(self.rank)
+
+    @property
     def byte_size(self) -> int:
         return self.size * self.dtype.bytes
 

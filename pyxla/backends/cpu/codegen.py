@@ -55,7 +55,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
-from ...fusion.buffer_assignment import Buffer, BufferAssignment
+from ...fusion.buffer_assignment import Buffer, BufferAssignment, read_elementwise
 from ...hlo.computation import HloComputation
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
@@ -727,7 +727,7 @@ class KernelEmitter:
         # The epilogue reads the product where it was stored: in place when each element of
         # the result reads its own element of the product only, else from kernel scratch (an
         # element written in place could be read again for another).
-        in_place = _elementwise_from(dot, root)
+        in_place = read_elementwise(dot, root)
         product_ptr = self.out_ptr if in_place else self.reserve_scratch(shape.byte_size)
         if root is not dot:
             self.e.buffer_reads[id(dot)] = lambda index: self._load(product_ptr, shape, index)
@@ -779,22 +779,6 @@ class KernelEmitter:
 
 class _Unaligned(Exception):
     """A value's users leave the row's elementwise ops."""
-
-
-def _elementwise_from(value: HloInstruction, root: HloInstruction) -> bool:
-    """Whether every use of `value` on the way to `root` is an elementwise op of its shape, so
-    that root's element i reads value's element i only (an epilogue may then run per part)."""
-    stack, seen = [value], set()
-    while stack:
-        v = stack.pop()
-        if v is root or id(v) in seen:
-            continue
-        seen.add(id(v))
-        for user in v.users:
-            if op_def(user.opcode).fusion_kind != "elementwise" or user.shape.dims != value.shape.dims:
-                return False
-            stack.append(user)
-    return True
 
 
 def _output_leaves(value: HloInstruction, shape, offset: int):

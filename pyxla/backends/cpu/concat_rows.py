@@ -19,7 +19,7 @@ batch norm and ReLU: a loop of the row's elements for each operand, one of them 
 """
 from __future__ import annotations
 
-from ...fusion.buffer_assignment import elementwise_reach
+from ...fusion.buffer_assignment import read_elementwise
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .elemental import etype, linear_index
@@ -28,10 +28,6 @@ from .loops import for_range
 
 
 MAX_COMPUTED_PARTS = 8   # operands computed in the kernel each get a loop of their own: a few at most
-
-
-def _default_layout(shape) -> bool:
-    return tuple(shape.minor_to_major) == tuple(range(shape.rank - 1, -1, -1))
 
 
 def concatenate_of(ke, root: HloInstruction) -> HloInstruction | None:
@@ -44,13 +40,12 @@ def concatenate_of(ke, root: HloInstruction) -> HloInstruction | None:
     concat = concats[0]
     (axis,) = concat.attrs["dimensions"]
     shape = ke.instr.shape
-    reach = elementwise_reach(concat)
-    if axis == concat.shape.rank - 1 or concat.shape.dims != shape.dims or not _default_layout(shape) \
-            or reach is None or (root is not concat and id(root) not in reach):
+    if axis == concat.shape.rank - 1 or concat.shape.dims != shape.dims or not shape.is_row_major \
+            or not read_elementwise(concat, root):
         return None
     if any(op.opcode != "parameter" for op in concat.operands) and len(concat.operands) > MAX_COMPUTED_PARTS:
         return None
-    if not all(_default_layout(op.shape) for op in ke.instr.operands):
+    if not all(op.shape.is_row_major for op in ke.instr.operands):
         return None
     return concat
 

@@ -40,11 +40,10 @@ import llvmlite.ir as ir
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_tiles import (EMITTERS, MIN_GROUP_FEATURES, ConvolutionEmitter, _minor, fma_intrinsic,
-                         splat)
+from .conv_tiles import EMITTERS, MIN_GROUP_FEATURES, ConvolutionEmitter, _minor
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, etype, linear_index
-from .ir_types import I1, I8, I64, PTR, i64
+from .ir_types import I1, I8, I64, PTR, fma_intrinsic, i64, splat
 from .llvm_jit import host_jit
 from .loops import for_range
 from .parallel import emit_parallel_tasks

@@ -29,10 +29,6 @@ from .ir_types import i64
 from .parallel import worker_pool
 
 
-def _default_layout(shape: ArrayShape) -> bool:
-    return tuple(shape.minor_to_major) == tuple(range(shape.rank - 1, -1, -1))
-
-
 def _features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple) -> bool | None:
     """True when the dimensions but the batch are (feature, spatial...), False when
     (spatial..., feature), None otherwise."""
@@ -49,7 +45,7 @@ def fits(conv: HloInstruction) -> bool:
     if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands) or worker_pool() is None:
         return False
     x, w = conv.operands
-    if not all(_default_layout(s) for s in (x.shape, w.shape, conv.shape)) or conv.shape.size == 0:
+    if not all(s.is_row_major for s in (x.shape, w.shape, conv.shape)) or conv.shape.size == 0:
         return False
     g = ConvGeometry.of(conv)
     dn = g.dn
@@ -113,7 +109,7 @@ class PointwiseGemm:
 
         # The product lands in the output itself when that is laid out as the convolution's
         # result; otherwise in kernel scratch, and a loop writes the output (through the epilogue).
-        in_place = _default_layout(out_shape) and out_shape.dims == conv.shape.dims
+        in_place = out_shape.is_row_major and out_shape.dims == conv.shape.dims
         product_ptr = out_ptr if in_place else ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
         emit_dot_tasks(ke, etype(conv).name, product_ptr, a, b, (), m, n, features, a_t, b_t,
                        worker_pool().threads * TASKS_PER_THREAD, apply if epilogue is not None and in_place else None)

@@ -42,14 +42,14 @@ from math import ceil, prod
 
 import llvmlite.ir as ir
 
-from ...fusion.buffer_assignment import elementwise_reach
+from ...fusion.buffer_assignment import read_elementwise
 from ...hlo.attributes import WindowDim
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, delinearize, etype, linear_index
-from .ir_types import I32, PTR, i64, storage_type
+from .ir_types import PTR, fma_intrinsic, i64, smin, splat, storage_type
 from .llvm_jit import host_jit
 from .loops import for_range
 from .parallel import emit_parallel_tasks, worker_pool
@@ -242,7 +242,7 @@ def emit_conv_output_fusion(ke) -> None:
     emitter = _emitter(ke, conv)
     if emitter is None:
         return ke._emit_loop(root)
-    if _read_at_output_index(conv, root):
+    if read_elementwise(conv, root):
         return emitter.emit(ke.out_ptr, ke.instr.shape, root)
     result = ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
     emitter.emit(result, conv.shape, None)
@@ -253,13 +253,6 @@ def emit_conv_output_fusion(ke) -> None:
 def _emitter(ke, conv: HloInstruction):
     """The emitter of the first entry of EMITTERS that fits `conv`, or None."""
     return next((emitter(ke, conv) for accepts, emitter in EMITTERS if accepts(conv)), None)
-
-
-def _read_at_output_index(conv: HloInstruction, root: HloInstruction) -> bool:
-    """Every path from `conv` to the fusion's root is elementwise ops of conv's dims, so the
-    epilogue of output element i reads element i of the convolution."""
-    reach = elementwise_reach(conv)
-    return reach is not None and (root is conv or id(root) in reach)
 
 
 class ConvolutionEmitter:
@@ -382,9 +375,9 @@ class TiledConvolution(ConvolutionEmitter):
         pb, qb = (b.udiv(task, i64(p.panel_blocks)), b.urem(task, i64(p.panel_blocks))) \
             if p.panel_blocks > 1 else (task, i64(0))
         first = b.mul(pb, i64(p.block_positions))
-        end = _min(b, b.add(first, i64(p.block_positions)), i64(p.total_positions))
+        end = smin(b, b.add(first, i64(p.block_positions)), i64(p.total_positions))
         first_panel = b.mul(qb, i64(p.block_panels))
-        end_panel = _min(b, b.add(first_panel, i64(p.block_panels)), i64(p.panels))
+        end_panel = smin(b, b.add(first_panel, i64(p.block_panels)), i64(p.panels))
         # rows of the block: a tile's positions spare rows before the first, where a block's last
         # tile, moved back to end at the block's end, may start
         block = self._stack_block((p.block_positions + p.positions) * p.block_columns)
@@ -394,7 +387,7 @@ class TiledConvolution(ConvolutionEmitter):
             def panel(q):
                 def tile(k):
                     nominal = b.add(first, b.mul(k, i64(p.positions)))
-                    start = _min(b, nominal, b.sub(end, i64(p.positions)))
+                    start = smin(b, nominal, b.sub(end, i64(p.positions)))
                     self._tile(start, nominal, q, block, first, first_panel, depth_slice)
                 counted_loop(b, i64(0), tiles, tile)
             counted_loop(b, first_panel, end_panel, panel)
@@ -482,7 +475,7 @@ class TiledConvolution(ConvolutionEmitter):
         if depth_slice is not None:
             t = b.udiv(depth_slice, i64(p.segments))
             begin = b.mul(b.urem(depth_slice, i64(p.segments)), i64(p.segment))
-            segment = (begin, _min(b, b.add(begin, i64(p.segment)), i64(p.run)))
+            segment = (begin, smin(b, b.add(begin, i64(p.segment)), i64(p.run)))
             tap(t)
         elif p.outer_taps == 1:
             segment = ()
@@ -608,25 +601,6 @@ def _operand(ke, value: HloInstruction) -> tuple[ir.Value, ArrayShape]:
         outer = ke.instr.operands[value.parameter_number]
         return ke.pointers[id(outer)], outer.shape
     return ke.pointers[id(value)], value.shape
-
-
-def _min(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def fma_intrinsic(module: ir.Module, vector: ir.VectorType) -> ir.Function:
-    """llvm.fma over `vector` (a * b + c, rounded once)."""
-    name = f"llvm.fma.v{vector.count}{'f32' if isinstance(vector.element, ir.FloatType) else 'f64'}"
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(vector, [vector] * 3), name=name)
-    return fn
-
-
-def splat(b: ir.IRBuilder, vector: ir.VectorType, x: ir.Value) -> ir.Value:
-    """A vector with every lane x."""
-    one = b.insert_element(ir.Constant(vector, ir.Undefined), x, ir.Constant(I32, 0))
-    return b.shuffle_vector(one, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(I32, vector.count), None))
 
 
 EMITTERS.append((fits, TiledConvolution))

@@ -23,7 +23,7 @@ import llvmlite.ir as ir
 
 from .elemental import delinearize
 from .gemm_kernel import emit_own_gemm, tiling, workspace_bytes
-from .ir_types import I8, i64
+from .ir_types import I8, i64, smin
 from .loops import counted_loop
 
 
@@ -96,8 +96,8 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
         within = b.urem(f, i64(plan.per_product))
         i0 = b.mul(b.udiv(within, i64(plan.column_blocks)), i64(plan.rows))
         j0 = b.mul(b.urem(within, i64(plan.column_blocks)), i64(plan.columns))
-        rows = _min(b, i64(plan.rows), b.sub(i64(m), i0))
-        columns = _min(b, i64(plan.columns), b.sub(i64(n), j0))
+        rows = smin(b, i64(plan.rows), b.sub(i64(m), i0))
+        columns = smin(b, i64(plan.columns), b.sub(i64(n), j0))
         a = offset(a_ptr, b.add(b.mul(p, i64(m * k)), b.mul(i0, i64(a_rs))))
         bm = offset(b_ptr, b.add(b.mul(p, i64(k * n)), b.mul(j0, i64(b_cs))))
         c = offset(out_ptr, b.add(b.mul(p, i64(m * n)), b.add(b.mul(i0, i64(n)), j0)))
@@ -110,6 +110,3 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
     kernel.parallel_chunks([total], 1, n_tasks, lambda task, begin, end: counted_loop(
         b, begin, end, lambda f: block(f, b.gep(workspace, [b.mul(task, i64(ws_bytes))], source_etype=I8))))
 
-
-def _min(b: ir.IRBuilder, x, y):
-    return b.select(b.icmp_signed("<", x, y), x, y)

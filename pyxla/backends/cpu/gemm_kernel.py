@@ -41,7 +41,7 @@ from functools import lru_cache
 
 import llvmlite.ir as ir
 
-from .ir_types import F32, F64, I1, I64, PTR, VOID, FunctionPointer, i64
+from .ir_types import F32, F64, I1, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, smin, splat
 from .llvm_jit import host_jit
 from .loops import counted_loop
 
@@ -107,8 +107,7 @@ class _GemmIr:
         self.vector = ir.VectorType(self.scalar, self.t.lanes)
         self.m = ir.Module(name=f"pyxla_gemm_{dtype_name}_{8 * self.t.vector_bytes}")
         self.m.triple = triple
-        suffix = f"v{self.t.lanes}{'f32' if dtype_name == 'f32' else 'f64'}"
-        self.fma = ir.Function(self.m, ir.FunctionType(self.vector, [self.vector] * 3), name=f"llvm.fma.{suffix}")
+        self.fma = fma_intrinsic(self.m, self.vector)
         self.micro = self._emit_micro()
         self.pack_a = self._emit_pack("pack_a", self.t.mr)
         self.pack_b = self._emit_pack("pack_b", self.t.nr)
@@ -125,22 +124,13 @@ class _GemmIr:
     def _at(self, b: ir.IRBuilder, ptr, index):
         return b.gep(ptr, [index], source_etype=self.scalar)
 
-    def _splat(self, b: ir.IRBuilder, x):
-        v = b.insert_element(ir.Constant(self.vector, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
-        return b.shuffle_vector(v, ir.Constant(self.vector, ir.Undefined),
-                                ir.Constant(ir.VectorType(ir.IntType(32), self.t.lanes), None))
-
-    @staticmethod
-    def _min(b: ir.IRBuilder, x, y):
-        return b.select(b.icmp_signed("<", x, y), x, y)
-
     def _steps(self, b: ir.IRBuilder, total, step: int, body) -> None:
         """body(start, count) for start = 0, step, ... < total, count = min(step, total - start)."""
         chunks = b.udiv(b.add(total, i64(step - 1)), i64(step))
 
         def one(i):
             start = b.mul(i, i64(step))
-            body(start, self._min(b, i64(step), b.sub(total, start)))
+            body(start, smin(b, i64(step), b.sub(total, start)))
 
         counted_loop(b, i64(0), chunks, one)
 
@@ -186,7 +176,7 @@ class _GemmIr:
         ak = self._at(b, ap, b.mul(kk, i64(self.t.mr)))
         new = []
         for r in range(self.t.mr):
-            a = self._splat(b, b.load(self._at(b, ak, i64(r)), typ=self.scalar))
+            a = splat(b, self.vector, b.load(self._at(b, ak, i64(r)), typ=self.scalar))
             for h in range(2):
                 new.append(b.call(self.fma, [a, bv[h], accs[2 * r + h]]))
         nxt = b.add(kk, i64(1))
@@ -277,10 +267,10 @@ class _GemmIr:
         t = self.t
 
         def part_bytes(lines, most: int, step: int, depth):   # as workspace_bytes lays them out
-            lines = b.mul(b.udiv(b.add(self._min(b, lines, i64(most)), i64(step - 1)), i64(step)), i64(step))
+            lines = b.mul(b.udiv(b.add(smin(b, lines, i64(most)), i64(step - 1)), i64(step)), i64(step))
             return b.and_(b.add(b.mul(b.mul(lines, depth), i64(t.element_bytes)), i64(63)), i64(~63))
 
-        depth = self._min(b, k, i64(t.kc))
+        depth = smin(b, k, i64(t.kc))
         ap = workspace
         bp = b.gep(ap, [part_bytes(m, t.mc, t.mr, depth)], source_etype=ir.IntType(8))
         edge = b.gep(bp, [part_bytes(n, NC, t.nr, depth)], source_etype=ir.IntType(8))

@@ -62,7 +62,8 @@ from functools import lru_cache
 
 import llvmlite.ir as ir
 
-from .ir_types import F32, F64, I32, I64, PTR, VOID, FunctionPointer, i64
+from .elemental import alloca_in_entry
+from .ir_types import F32, F64, I32, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, splat
 from .llvm_jit import host_jit
 from .loops import counted_loop
 
@@ -87,9 +88,8 @@ class _GemvIr:
         self.vector = ir.VectorType(self.scalar, self.lanes)
         self.m = ir.Module(name=f"pyxla_gemv_{dtype_name}_{8 * vector_bytes}")
         self.m.triple = triple
-        self.fma = ir.Function(self.m, ir.FunctionType(self.vector, [self.vector] * 3),
-                               name=f"llvm.fma.v{self.lanes}{dtype_name}")
-        self.fma1 = ir.Function(self.m, ir.FunctionType(self.scalar, [self.scalar] * 3), name=f"llvm.fma.{dtype_name}")
+        self.fma = fma_intrinsic(self.m, self.vector)
+        self.fma1 = fma_intrinsic(self.m, self.scalar)
         suffix = f"{dtype_name}_{8 * vector_bytes}"
         self.rows = self._emit_rows(f"pyxla_gemv_rows_{suffix}")
         self.dots = self._emit_dots(f"pyxla_gemv_dots_{suffix}")
@@ -107,17 +107,9 @@ class _GemvIr:
     def _load(self, b, ptr, index, vector=True):
         return b.load(self._at(b, ptr, index), typ=self.vector if vector else self.scalar, align=self.size)
 
-    def _splat(self, b, x):
-        v = b.insert_element(ir.Constant(self.vector, ir.Undefined), x, ir.Constant(I32, 0))
-        zeros = ir.Constant(ir.VectorType(I32, self.lanes), None)
-        return b.shuffle_vector(v, ir.Constant(self.vector, ir.Undefined), zeros)
-
     def _slot(self, b, ty, value):
         """A stack cell holding `value` (SROA turns it into a register)."""
-        here = b.block
-        b.position_at_start(b.function.entry_basic_block)
-        cell = b.alloca(ty)
-        b.position_at_end(here)
+        cell = alloca_in_entry(b, ty)
         b.store(value, cell)
         return cell
 
@@ -151,14 +143,14 @@ class _GemvIr:
 
         def rows(p, n_rows: int):
             coefficients = [b.load(self._at(b, x, b.add(p, i64(r))), typ=self.scalar) for r in range(n_rows)]
-            splats = [self._splat(b, c) for c in coefficients]
+            splats = [splat(b, self.vector, c) for c in coefficients]
             lines = [self._at(b, mat, b.mul(b.add(p, i64(r)), ld)) for r in range(n_rows)]
 
             def vector(v):
                 j = b.mul(v, i64(self.lanes))
                 acc = self._load(b, y, j)
-                for splat, line in zip(splats, lines):
-                    acc = b.call(self.fma, [splat, self._load(b, line, j), acc])
+                for coefficient, line in zip(splats, lines):
+                    acc = b.call(self.fma, [coefficient, self._load(b, line, j), acc])
                 b.store(acc, self._at(b, y, j), align=self.size)
 
             def scalar(j):

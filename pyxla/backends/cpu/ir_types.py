@@ -97,3 +97,25 @@ class FunctionPointer(ir.values.Value):
 
     def get_reference(self):
         return self.pointer.get_reference()
+
+
+def smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """The smaller of two signed integers."""
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def fma_intrinsic(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """llvm.fma over `ty`, a float type or a vector of one (a * b + c, rounded once)."""
+    element = ty.element if isinstance(ty, ir.VectorType) else ty
+    name = "llvm.fma." + (f"v{ty.count}" if isinstance(ty, ir.VectorType) else "") + \
+        ("f32" if isinstance(element, ir.FloatType) else "f64")
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ty, [ty] * 3), name=name)
+    return fn
+
+
+def splat(b: ir.IRBuilder, vector: ir.VectorType, x: ir.Value) -> ir.Value:
+    """A vector with every lane x."""
+    one = b.insert_element(ir.Constant(vector, ir.Undefined), x, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(I32, vector.count), None))
