@@ -133,6 +133,9 @@ def _clamped_windows(instr) -> bool:
     return True
 
 
+MIN_INTERIOR = 8   # positions a row's unchecked loop needs at least to be worth its own loop
+
+
 def _interior(instr) -> tuple[int, int] | None:
     """(lo, hi): the output positions along the last dimension whose windows lie inside the
     input, when that dimension is minor-most in input and output (so a row of them is a
@@ -150,8 +153,6 @@ def _interior(instr) -> tuple[int, int] | None:
     hi = min(out, (n - 1 - span + w.pad_low) // w.stride + 1)
     return (lo, hi) if hi - lo >= MIN_INTERIOR else None
 
-
-MIN_INTERIOR = 8
 
 
 def _emit_rows(ke, root, interior: tuple[int, int]) -> None:
