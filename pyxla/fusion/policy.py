@@ -23,6 +23,11 @@ NEVER_PRODUCERS = frozenset({"parameter", "tuple", "get-tuple-element", "while",
                              "custom-call", "rng-bit-generator", "sort", "scatter", "dynamic-update-slice",
                              "opt-barrier", "fusion", "select-and-scatter", "reduce-window", "convolution",
                              "dot", "reduce", "topk"})
+# Producers a kernel computes from its indices alone, reading at most a smaller buffer: a copy
+# in every consumer costs an index computation, while a materialised one is a full-size array
+# written once and read by every consumer (a batch norm's scale broadcast over a feature map,
+# shared by every layer whose scale is the same constant).
+FREE_TO_DUPLICATE = frozenset({"broadcast", "iota"})
 OUTPUT_FUSION_ROOTS = frozenset({"dot", "convolution"})
 # Users that read an operand from its buffer whatever the fusion pass does.
 BUFFER_READERS = frozenset({"tuple", "while", "conditional", "call", "custom-call", "sort", "scatter",
@@ -69,7 +74,7 @@ class FusionPolicy:
                 return f"written to memory for %{materialized.name} anyway: fusing would compute it again"
             if opcode in EXPENSIVE:
                 return f"expensive {opcode} has {len(producer.users)} users: fusing would compute it again"
-            if len(producer.users) > self.max_duplicated_users:
+            if len(producer.users) > self.max_duplicated_users and opcode not in FREE_TO_DUPLICATE:
                 return f"{len(producer.users)} users exceed the duplication budget {self.max_duplicated_users}"
         if opcode in EXPENSIVE and _reads_more_than_once(producer, consumer):
             return f"expensive {opcode} would be recomputed for each of several uses of an element"

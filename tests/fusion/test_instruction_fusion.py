@@ -81,6 +81,27 @@ ENTRY main {
     assert len(adds) == 2
 
 
+def test_a_broadcast_is_duplicated_into_any_number_of_consumers(rng):
+    """A shared scale broadcast over a feature map (batch norms whose constants CSE made one)
+    is an index computation in each consumer, never a full-size buffer of its own."""
+    consumers = "\n".join(f"  c{i} = f32[2,16,5,5] multiply(x{i}, s)" for i in range(6))
+    text = f"""
+HloModule shared_scale
+ENTRY main {{
+  p = f32[16] parameter(0)
+{chr(10).join(f"  x{i} = f32[2,16,5,5] parameter({i + 1})" for i in range(6))}
+  s = f32[2,16,5,5] broadcast(p), dimensions={{1}}
+{consumers}
+  ROOT t = (f32[2,16,5,5], f32[2,16,5,5], f32[2,16,5,5], f32[2,16,5,5], f32[2,16,5,5], f32[2,16,5,5]) tuple(c0, c1, c2, c3, c4, c5)
+}}
+"""
+    module = fused(text)
+    assert len(kernels(module.entry)) == 6
+    assert all(k.opcode == "fusion" and "broadcast" in {i.opcode for i in k.attrs["calls"].instructions}
+               for k in kernels(module.entry))
+    assert_same_values(parse_module(text), module, rng, rtol=1e-6)
+
+
 def test_a_residual_stream_is_computed_once(rng):
     """Each value of the stream feeds a convolution (which reads it from memory) and the
     next add: fused into the add's kernel it would be computed again there, and with it
