@@ -17,7 +17,7 @@ from pathlib import Path
 from ...compiler import CompiledModule, compile_module
 from ...hlo.module import HloModule
 from ...hlo.verifier import verify_module
-from . import bits, conv_depthwise, conv_pointwise, conv_tiles, convolution, indexing, rng, sorting, windows  # noqa: F401  (register their kernels and rules)
+from . import bits, conv_depthwise, conv_planes, conv_pointwise, conv_tiles, convolution, indexing, rng, sorting, windows  # noqa: F401  (register their kernels and rules)
 from .codegen import ModuleCodegen
 from .executable import CpuExecutable
 from .llvm_jit import host_jit

@@ -29,7 +29,7 @@ from .ir_types import i64
 from .parallel import worker_pool
 
 
-def _features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple) -> bool | None:
+def features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple) -> bool | None:
     """True when the dimensions but the batch are (feature, spatial...), False when
     (spatial..., feature), None otherwise."""
     rest = [d for d in range(shape.rank) if d != batch]
@@ -54,8 +54,8 @@ def fits(conv: HloInstruction) -> bool:
     if not all(w_.size == 1 and w_.pad_low == 0 and w_.pad_high == 0 and w_.lhs_dilate == 1
                and w_.rhs_dilate == 1 and not w_.reversal for w_ in g.window):
         return False
-    return _features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is not None and \
-        _features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is not None
+    return features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is not None and \
+        features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is not None
 
 
 class PointwiseGemm:
@@ -74,12 +74,12 @@ class PointwiseGemm:
         x_ptr, x_shape = _operand(ke, conv.operands[0])
         w_ptr, w_shape = _operand(ke, conv.operands[1])
         if any(w.stride != 1 for w in g.window):
-            x_ptr, x_shape = self._subsampled(x_ptr, x_shape)
+            x_ptr, x_shape = subsampled_input(ke, conv, x_ptr, x_shape)
         features, outputs = g.input_features, g.groups * g.group_features
         positions = prod(conv.shape.dims[d] for d in dn.output_spatial)
         spatial = tuple(conv.shape.dims[d] for d in dn.output_spatial)
-        x_first = _features_first(x_shape, dn.input_batch, dn.input_feature, dn.input_spatial)
-        out_first = _features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial)
+        x_first = features_first(x_shape, dn.input_batch, dn.input_feature, dn.input_spatial)
+        out_first = features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial)
         w_io = dn.kernel_input_feature < dn.kernel_output_feature   # W stored [C, O] (else [O, C])
         if out_first:    # out[O, HW] = W^T x: A is W, read transposed when stored [C, O]
             a, b, m, n = w_ptr, x_ptr, outputs, positions
@@ -118,25 +118,26 @@ class PointwiseGemm:
             ke._emit_loop(epilogue if epilogue is not None else conv)
 
 
-    def _subsampled(self, x_ptr, x_shape: ArrayShape):
-        """The input at the windows' positions only (every stride-th along each spatial
-        dimension), in kernel scratch, laid out as the input is."""
-        ke, g = self.ke, self.g
-        dn = g.dn
-        dims = list(x_shape.dims)
-        for d, n in zip(dn.input_spatial, g.output_spatial):
-            dims[d] = n
-        shape = ArrayShape(x_shape.dtype, tuple(dims))
-        ptr = ke.reserve_scratch(shape.size * etype(self.conv).bytes)
+def subsampled_input(ke, conv: HloInstruction, x_ptr, x_shape: ArrayShape):
+    """The input of a strided 1x1 convolution at its windows' positions only (every
+    stride-th along each spatial dimension), in kernel scratch, laid out as the input is:
+    (pointer, shape)."""
+    g = ConvGeometry.of(conv)
+    dn = g.dn
+    dims = list(x_shape.dims)
+    for d, n in zip(dn.input_spatial, g.output_spatial):
+        dims[d] = n
+    shape = ArrayShape(x_shape.dtype, tuple(dims))
+    ptr = ke.reserve_scratch(shape.size * etype(conv).bytes)
 
-        def copy(index):
-            source = list(index)
-            for d, w in zip(dn.input_spatial, g.window):
-                source[d] = ke.b.mul(index[d], i64(w.stride)) if w.stride != 1 else index[d]
-            ke._store(ptr, shape, index, ke._load(x_ptr, x_shape, tuple(source)))
+    def copy(index):
+        source = list(index)
+        for d, w in zip(dn.input_spatial, g.window):
+            source[d] = ke.b.mul(index[d], i64(w.stride)) if w.stride != 1 else index[d]
+        ke._store(ptr, shape, index, ke._load(x_ptr, x_shape, tuple(source)))
 
-        ke._loop_nest(list(dims), copy, shape.size)
-        return ptr, shape
+    ke._loop_nest(list(dims), copy, shape.size)
+    return ptr, shape
 
 
 EMITTERS.insert(0, (fits, PointwiseGemm))

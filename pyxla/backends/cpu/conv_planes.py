@@ -1,0 +1,366 @@
+"""Pointwise (1x1) convolution over feature planes (NCHW), positions along the vector lanes
+(f32, f64), alone or with its elementwise epilogue.
+
+With its features before its spatial dimensions, each input feature of an image is a plane
+of contiguous positions, and so is each output feature:
+
+    out[n, o, p] = sum over c of W[c, o] x[n, c, p]      (p: the flattened spatial position)
+
+A tile is FEATURES output features by VECTORS vectors of consecutive positions. Per input
+feature c it loads the tile's VECTORS vectors of plane c and broadcasts its FEATURES weights
+W[c, o..], FEATURES x VECTORS fused multiply-adds into accumulators that stay in registers
+for the whole depth, each output element the sum in c order. Neither operand is packed or
+copied (a plane's positions are contiguous in x; a position's weights are contiguous in an
+HWIO kernel and at a stride in OIHW), and the tile's rows are stored to the output as whole
+vectors, the epilogue then applied to them in place while they are in L1. The last tile of
+a plane whose positions are not whole vectors loads and stores its last vector under a mask.
+
+Against the other routes for such convolutions: conv_tiles.py copies an NCHW input to NHWC
+and writes its output back feature by feature, and pyxla's GEMM (conv_pointwise.py) packs
+both operands; with few input features (ResNet-50's 64 -> 256 at 56x56) packing and
+writing the product costs more than the arithmetic.
+
+Groups (ShuffleNet's grouped 1x1 convolutions) read their own planes; a tile's features
+never straddle two groups. A strided 1x1 convolution reads conv_pointwise.py's subsampled
+copy of its input.
+
+Threads. The tiles of every image are cut into blocks of whole feature tiles by whole
+position tiles, a block per task, the cut the one that re-reads least: a block of features
+reads all its planes once per block of positions, a block of positions all its weights once
+per block of features.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, prod
+
+import llvmlite.ir as ir
+
+from ...hlo.instruction import HloInstruction
+from ...hlo.shape import ArrayShape
+from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from .conv_pointwise import features_first, subsampled_input
+from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides
+from .convolution import ConvGeometry
+from .elemental import alloca_in_entry, etype
+from .ir_types import I1, I32, I64, PTR, fma_intrinsic, i64, smin, splat
+from .llvm_jit import host_jit
+from .loops import for_range
+from .parallel import emit_parallel_tasks
+from .sorting import counted_loop
+
+# (features, vectors) of a tile by the host's vector width: 4 x 3 accumulators of AVX2's 16
+# registers, 6 x 4 of AVX-512's 32 (with a register per loaded vector and one broadcast).
+TILE = {32: (4, 3), 64: (6, 4)}
+CHUNK_BYTES = 1 << 14       # a depth chunk of the planes under a position tile, kept in L1
+# A tile's weights for one input feature lie a row of the kernel's output features from the
+# next one's: from a stride of PREFETCH_FROM_STRIDE bytes, beyond what the prefetchers follow,
+# the tile asks for those PREFETCH_AHEAD input features ahead itself.
+PREFETCH_FROM_STRIDE = 1024
+PREFETCH_AHEAD = 8   # the tasks' packed weights, in kernel scratch; beyond, read in place
+
+
+def fits(conv: HloInstruction) -> bool:
+    t = etype(conv)
+    if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands):
+        return False
+    x, w = conv.operands
+    if not all(s.is_row_major for s in (x.shape, w.shape, conv.shape)) or conv.shape.size == 0:
+        return False
+    g = ConvGeometry.of(conv)
+    dn = g.dn
+    if g.batch_groups != 1 or g.input_features == 0:
+        return False
+    if not all(w_.size == 1 and w_.pad_low == 0 and w_.pad_high == 0 and w_.lhs_dilate == 1
+               and w_.rhs_dilate == 1 and not w_.reversal for w_ in g.window):
+        return False
+    return features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is True and \
+        features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is True
+
+
+@dataclass(frozen=True)
+class PlanePlan:
+    features: int              # output features of a full tile
+    vectors: int               # vectors of positions of a full tile
+    lanes: int
+    positions: int             # per image
+    position_tiles: int        # per image
+    group_tiles: int           # feature tiles per group
+    feature_block: int         # feature tiles of a task's block ...
+    position_block: int        # ... by position tiles
+    chunk: int                 # input features per pass over the block's feature tiles
+
+    @property
+    def tile_positions(self) -> int:
+        return self.vectors * self.lanes
+
+
+def plan(g: ConvGeometry, threads: int, element_bytes: int) -> PlanePlan:
+    vector_bytes = host_jit().vector_bytes
+    lanes = vector_bytes // element_bytes
+    features, vectors = TILE[vector_bytes]
+    positions = prod(g.output_spatial)
+    position_tiles = ceil(positions / (vectors * lanes))
+    group_tiles = ceil(g.group_features / features)
+    feature_tiles = g.groups * group_tiles
+    work = g.batch * positions * g.groups * g.group_features * g.input_features
+    wanted = ceil(threads * TASKS_PER_THREAD / g.batch) if threads > 1 and work >= PARALLEL_MIN_WORK else 1
+    plane_bytes = g.input_features * positions * element_bytes          # x of one image
+    weight_bytes = g.input_features * g.groups * g.group_features * element_bytes
+    best = None
+    for feature_blocks in range(1, min(wanted, feature_tiles) + 1):
+        position_blocks = min(position_tiles, ceil(wanted / feature_blocks))
+        reread = (feature_blocks - 1) * plane_bytes + (position_blocks - 1) * weight_bytes
+        if best is None or (feature_blocks * position_blocks >= wanted, -reread) > best[0]:
+            best = ((feature_blocks * position_blocks >= wanted, -reread), feature_blocks, position_blocks)
+    _, feature_blocks, position_blocks = best
+    chunk = max(1, CHUNK_BYTES // (vectors * vector_bytes))
+    chunk = ceil(g.input_features / ceil(g.input_features / chunk))     # chunks of equal depth
+    return PlanePlan(features, vectors, lanes, positions, position_tiles, group_tiles,
+                     ceil(feature_tiles / feature_blocks), ceil(position_tiles / position_blocks), chunk)
+
+
+class PlaneConvolution(ConvolutionEmitter):
+    def __init__(self, ke, conv: HloInstruction):
+        super().__init__(ke, conv)
+        self.g = ConvGeometry.of(conv)
+        self.p = plan(self.g, self.threads, self.t.bytes)
+        self.vector = ir.VectorType(self.st, self.p.lanes)
+        self._tiles: dict[tuple[int, int], ir.Function] = {}
+
+    def emit(self, out_ptr: ir.Value, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:
+        ke, g, p = self.ke, self.g, self.p
+        if any(w.stride != 1 for w in g.window):
+            self.lhs_ptr, self.lhs_shape = subsampled_input(ke, self.conv, self.lhs_ptr, self.lhs_shape)
+        # The tiles' rows land in the output when it is laid out as the convolution's result;
+        # otherwise in kernel scratch, and a loop then writes the output (through the epilogue).
+        in_place = out_shape.is_row_major and out_shape.dims == self.conv.shape.dims
+        product = out_ptr if in_place else ke.reserve_scratch(self.conv.shape.size * self.t.bytes)
+        feature_blocks = ceil(g.groups * p.group_tiles / p.feature_block)
+        position_blocks = ceil(p.position_tiles / p.position_block)
+        n_tasks = g.batch * feature_blocks * position_blocks
+
+        def task(index):
+            ke.e.push_scope()
+            self._block(index, feature_blocks, position_blocks, product, epilogue if in_place else None)
+            ke.e.pop_scope()
+
+        if n_tasks == 1:
+            task(i64(0))
+        elif self.pool is not None:
+            emit_parallel_tasks(self.b, self.pool, n_tasks, task)
+        else:
+            counted_loop(self.b, i64(0), i64(n_tasks), task)
+        if not in_place:
+            ke.e.buffer_reads[id(self.conv)] = lambda index: ke._load(product, self.conv.shape, index)
+            ke._emit_loop(epilogue if epilogue is not None else self.conv)
+
+    def _block(self, task, feature_blocks: int, position_blocks: int, out_ptr, epilogue) -> None:
+        """A task's block: per position tile, the depth a chunk at a time over every feature
+        tile (the chunk of the planes under the position tile stays in L1 while the feature
+        tiles read it; the tiles' sums wait in the output between chunks), then the epilogue
+        over the position tile's results."""
+        b, g, p = self.b, self.g, self.p
+        per_image = feature_blocks * position_blocks
+        image, rest = b.udiv(task, i64(per_image)), b.urem(task, i64(per_image))
+        fb, pb = b.udiv(rest, i64(position_blocks)), b.urem(rest, i64(position_blocks))
+        f0 = b.mul(fb, i64(p.feature_block))
+        f1 = smin(b, b.add(f0, i64(p.feature_block)), i64(g.groups * p.group_tiles))
+        t0 = b.mul(pb, i64(p.position_block))
+        t1 = smin(b, b.add(t0, i64(p.position_block)), i64(p.position_tiles))
+        chunks = ceil(g.input_features / p.chunk)
+
+        def position_tile(t):
+            def chunk(k):
+                counted_loop(b, f0, f1, lambda f: self._tile(image, f, t, out_ptr, k))
+            if chunks == 1:
+                chunk(i64(0))
+            else:
+                counted_loop(b, i64(0), i64(chunks), chunk)
+            if epilogue is not None:
+                counted_loop(b, f0, f1, lambda f: self._tile(image, f, t, out_ptr, None, epilogue))
+
+        counted_loop(b, t0, t1, position_tile)
+
+    def _tile(self, image, f, t, out_ptr, chunk, epilogue=None) -> None:
+        """Feature tile f by position tile t of one image, for its size (a group's last
+        feature tile may be narrower, a plane's last position tile shorter): the sums over
+        depth chunk `chunk`, or when that is None, the epilogue."""
+        b, g, p = self.b, self.g, self.p
+        group, within = (b.udiv(f, i64(p.group_tiles)), b.urem(f, i64(p.group_tiles))) if g.groups > 1 else (i64(0), f)
+        first_feature = b.add(b.mul(group, i64(g.group_features)), b.mul(within, i64(p.features)))
+        first_position = b.mul(t, i64(p.tile_positions))
+        last_features = g.group_features - (p.group_tiles - 1) * p.features
+        last_positions = p.positions - (p.position_tiles - 1) * p.tile_positions
+
+        def emit(features, positions):
+            if chunk is None:
+                self._epilogue(image, first_feature, features, first_position, positions, out_ptr, epilogue)
+            else:
+                self._sums(image, group, first_feature, features, first_position, positions, out_ptr, chunk)
+
+        def by_positions(features):
+            if last_positions == p.tile_positions:
+                return emit(features, p.tile_positions)
+            with b.if_else(b.icmp_unsigned("<", t, i64(p.position_tiles - 1))) as (full, last):
+                with full:
+                    emit(features, p.tile_positions)
+                with last:
+                    emit(features, last_positions)
+
+        if last_features == p.features:
+            return by_positions(p.features)
+        with b.if_else(b.icmp_unsigned("<", within, i64(p.group_tiles - 1))) as (full, last):
+            with full:
+                by_positions(p.features)
+            with last:
+                by_positions(last_features)
+
+    def _sums(self, image, group, first_feature, features: int, first_position, positions: int, out_ptr,
+              chunk) -> None:
+        """`features` output features from first_feature by `positions` positions from
+        first_position: the sums over depth chunk `chunk` of the group's input features,
+        added to the output (stored there for the first chunk)."""
+        b, g, p = self.b, self.g, self.p
+        strides = _strides(self.rhs_shape)
+        w_c, w_o = strides[g.dn.kernel_input_feature], strides[g.dn.kernel_output_feature]
+        plane = i64(p.positions)
+        first_input = b.mul(chunk, i64(p.chunk))
+        first_plane = b.add(b.add(b.mul(image, i64(g.groups * g.input_features)), b.mul(group, i64(g.input_features))),
+                            first_input)
+        x = b.gep(self.lhs_ptr, [b.add(b.mul(first_plane, plane), first_position)], source_etype=self.st)
+        w = b.gep(self.rhs_ptr, [b.add(b.mul(first_input, i64(w_c)), b.mul(first_feature, i64(w_o)))],
+                  source_etype=self.st)
+        out_first = b.add(b.mul(b.add(b.mul(image, i64(g.groups * g.group_features)), first_feature), plane),
+                          first_position)
+        out = b.gep(out_ptr, [out_first], source_etype=self.st)
+        depth = smin(b, i64(p.chunk), b.sub(i64(g.input_features), first_input))
+        b.call(self._tile_function(features, positions), [x, w, out, depth, b.icmp_unsigned("!=", chunk, i64(0))])
+
+    def _tile_function(self, features: int, positions: int) -> ir.Function:
+        """void tile(x, w, out, depth, add): a tile's sums over `depth` input features from
+        its first plane x and first weight w, stored at out, or added to what is there when
+        `add`. A function of its own per tile size, so that the accumulators of one size's
+        loop do not share the register allocation of another's (inlined, they spilled)."""
+        key = (features, positions)
+        fn = self._tiles.get(key)
+        if fn is not None:
+            return fn
+        module = self.b.module
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I1]),
+                         name=module.get_unique_name(f"{self.b.function.name}.tile{features}x{positions}"))
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        self._tiles[key] = fn
+        x, w, out, depth, add = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        g, p = self.g, self.p
+        vectors = ceil(positions / p.lanes)
+        tail = positions - (vectors - 1) * p.lanes        # lanes of the last vector
+        mask = None if tail == p.lanes else \
+            ir.Constant(ir.VectorType(I1, p.lanes), [ir.Constant(I1, lane < tail) for lane in range(p.lanes)])
+        fma = fma_intrinsic(module, self.vector)
+        prefetch = module.globals.get("llvm.prefetch.p0") or \
+            ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), name="llvm.prefetch.p0")
+        strides = _strides(self.rhs_shape)
+        w_c, w_o = strides[g.dn.kernel_input_feature], strides[g.dn.kernel_output_feature]
+        outs = [[b.gep(out, [i64(k * p.positions + v * p.lanes)], source_etype=self.st) for v in range(vectors)]
+                for k in range(features)]
+        sums = [[alloca_in_entry(b, self.vector) for _ in range(vectors)] for _ in range(features)]
+        with b.if_else(add) as (later, first):
+            with later:
+                for slots, ats in zip(sums, outs):
+                    for v, (slot, at) in enumerate(zip(slots, ats)):
+                        b.store(self._load(b, at, mask if v == vectors - 1 else None), slot)
+            with first:
+                for slots in sums:
+                    for slot in slots:
+                        b.store(ir.Constant(self.vector, None), slot)
+
+        def step(c):
+            row = b.gep(x, [b.mul(c, i64(p.positions))], source_etype=self.st)
+            xs = [self._load(b, b.gep(row, [i64(v * p.lanes)], source_etype=self.st), mask if v == vectors - 1 else None)
+                  for v in range(vectors)]
+            weights = b.gep(w, [b.mul(c, i64(w_c))], source_etype=self.st)
+            if w_c * self.t.bytes >= PREFETCH_FROM_STRIDE:
+                b.call(prefetch, [b.gep(weights, [i64(PREFETCH_AHEAD * w_c)], source_etype=self.st),
+                                  ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+            for k, slots in enumerate(sums):
+                weight = splat(b, self.vector, b.load(b.gep(weights, [i64(k * w_o)], source_etype=self.st), typ=self.st))
+                for xv, slot in zip(xs, slots):
+                    b.store(b.call(fma, [weight, xv, b.load(slot)]), slot)
+
+        counted_loop(b, i64(0), depth, step)
+        for slots, ats in zip(sums, outs):
+            for v, (slot, at) in enumerate(zip(slots, ats)):
+                self._store(b, b.load(slot), at, mask if v == vectors - 1 else None)
+        b.ret_void()
+        return fn
+
+    def _load(self, b: ir.IRBuilder, at, mask):
+        if mask is None:
+            value = b.load(at, typ=self.vector)
+            value.align = self.t.bytes
+            return value
+        return b.call(self._masked(b.module, "load"), [at, ir.Constant(ir.IntType(32), self.t.bytes), mask,
+                                             ir.Constant(self.vector, None)])
+
+    def _store(self, b: ir.IRBuilder, value, at, mask) -> None:
+        if mask is None:
+            b.store(value, at).align = self.t.bytes
+        else:
+            b.call(self._masked(b.module, "store"), [value, at, ir.Constant(ir.IntType(32), self.t.bytes), mask])
+
+    def _masked(self, module: ir.Module, what: str) -> ir.Function:
+        """llvm.masked.load / llvm.masked.store over this kernel's vector type."""
+        vector = self.vector
+        name = f"llvm.masked.{what}.v{vector.count}{'f32' if self.t.bytes == 4 else 'f64'}.p0"
+        fn = module.globals.get(name)
+        if fn is None:
+            mask, align = ir.VectorType(I1, vector.count), ir.IntType(32)
+            fnty = ir.FunctionType(vector, [PTR, align, mask, vector]) if what == "load" else \
+                ir.FunctionType(ir.VoidType(), [vector, PTR, align, mask])
+            fn = ir.Function(module, fnty, name=name)
+        return fn
+
+    def _epilogue(self, image, first_feature, features: int, first_position, positions: int, out_ptr,
+                  epilogue: HloInstruction) -> None:
+        """The epilogue over the tile, in place: each result read back from the output (in
+        L1) and the fused computation's value stored over it; LLVM vectorises the positions."""
+        ke, b, g = self.ke, self.b, self.g
+        dn = g.dn
+        shape = self.conv.shape
+        spatial = g.output_spatial
+
+        def element(k, position):
+            index = [None] * shape.rank
+            index[dn.output_batch] = image
+            index[dn.output_feature] = b.add(first_feature, k)
+            for d, i in zip(dn.output_spatial, _spatial_index(b, position, spatial)):
+                index[d] = i
+            index = tuple(index)
+            ke.e.push_scope()
+            product = ke._load(out_ptr, shape, index)
+            ke.e.buffer_reads[id(self.conv)] = lambda _index, value=product: value
+            ke._store(out_ptr, shape, index, ke.e.value(epilogue, index))
+            ke.e.pop_scope()
+
+        # the position itself the induction variable: first_position + j, with j below a
+        # whole tile, became a bitwise or that LLVM's loop vectoriser could not follow
+        end = b.add(first_position, i64(positions))
+        for_range(b, [features], lambda k: counted_loop(b, first_position, end, lambda position: element(k[0], position)))
+
+
+def _spatial_index(b: ir.IRBuilder, position: ir.Value, spatial: tuple[int, ...]) -> list[ir.Value]:
+    """The spatial index of a flat position of an image, the outermost without a modulo: the
+    linear index the loads and stores of the epilogue compute from it then folds back to the
+    position (LLVM simplifies (p / W) * W + p % W, but not a reduction mod H*W), and the
+    loop over positions vectorises."""
+    index = []
+    for n in reversed(spatial[1:]):
+        index.append(b.urem(position, i64(n)))
+        position = b.udiv(position, i64(n))
+    return [position, *reversed(index)]
+
+
+EMITTERS.insert(0, (fits, PlaneConvolution))
