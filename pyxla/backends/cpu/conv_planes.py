@@ -45,7 +45,6 @@ from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, etype
 from .ir_types import I1, I32, I64, PTR, fma_intrinsic, i64, smin, splat
 from .llvm_jit import host_jit
-from .loops import for_range
 from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
 
@@ -54,9 +53,9 @@ from .sorting import counted_loop
 TILE = {32: (4, 3), 64: (6, 4)}
 CHUNK_BYTES = 1 << 14       # a depth chunk of the planes under a position tile, kept in L1
 # A tile's weights for one input feature lie a row of the kernel's output features from the
-# next one's: from a stride of PREFETCH_FROM_STRIDE bytes, beyond what the prefetchers follow,
-# the tile asks for those PREFETCH_AHEAD input features ahead itself.
-PREFETCH_FROM_STRIDE = 1024
+# next one's, at a stride the prefetchers do not follow (2048 output features: 8 KB): the
+# tile asks for those PREFETCH_AHEAD input features ahead itself (ResNet-50's 1x1
+# convolutions at 7x7, 512 -> 2048: 836 -> 630 us).
 PREFETCH_AHEAD = 8   # the tasks' packed weights, in kernel scratch; beyond, read in place
 
 
@@ -126,7 +125,6 @@ class PlaneConvolution(ConvolutionEmitter):
         self.g = ConvGeometry.of(conv)
         self.p = plan(self.g, self.threads, self.t.bytes)
         self.vector = ir.VectorType(self.st, self.p.lanes)
-        self._tiles: dict[tuple[int, int], ir.Function] = {}
 
     def emit(self, out_ptr: ir.Value, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:
         ke, g, p = self.ke, self.g, self.p
@@ -178,26 +176,33 @@ class PlaneConvolution(ConvolutionEmitter):
             else:
                 counted_loop(b, i64(0), i64(chunks), chunk)
             if epilogue is not None:
-                counted_loop(b, f0, f1, lambda f: self._tile(image, f, t, out_ptr, None, epilogue))
+                first = b.mul(t, i64(p.tile_positions))
+                end = smin(b, b.add(first, i64(p.tile_positions)), i64(p.positions))
+                self._epilogue(image, self._first_feature(f0)[2], self._first_feature(f1)[2], first, end, out_ptr,
+                               epilogue)
 
         counted_loop(b, t0, t1, position_tile)
 
-    def _tile(self, image, f, t, out_ptr, chunk, epilogue=None) -> None:
-        """Feature tile f by position tile t of one image, for its size (a group's last
-        feature tile may be narrower, a plane's last position tile shorter): the sums over
-        depth chunk `chunk`, or when that is None, the epilogue."""
+    def _first_feature(self, f):
+        """(group, tile within the group, first output feature) of feature tile f; for f one
+        past the last tile, the first feature is the number of output features."""
         b, g, p = self.b, self.g, self.p
         group, within = (b.udiv(f, i64(p.group_tiles)), b.urem(f, i64(p.group_tiles))) if g.groups > 1 else (i64(0), f)
-        first_feature = b.add(b.mul(group, i64(g.group_features)), b.mul(within, i64(p.features)))
+        return group, within, b.add(b.mul(group, i64(g.group_features)),
+                                    smin(b, b.mul(within, i64(p.features)), i64(g.group_features)))
+
+    def _tile(self, image, f, t, out_ptr, chunk) -> None:
+        """The sums over depth chunk `chunk` of feature tile f by position tile t of one
+        image, by the tile function of its size (a group's last feature tile may be narrower,
+        a plane's last position tile shorter)."""
+        b, g, p = self.b, self.g, self.p
+        group, within, first_feature = self._first_feature(f)
         first_position = b.mul(t, i64(p.tile_positions))
         last_features = g.group_features - (p.group_tiles - 1) * p.features
         last_positions = p.positions - (p.position_tiles - 1) * p.tile_positions
 
         def emit(features, positions):
-            if chunk is None:
-                self._epilogue(image, first_feature, features, first_position, positions, out_ptr, epilogue)
-            else:
-                self._sums(image, group, first_feature, features, first_position, positions, out_ptr, chunk)
+            self._sums(image, group, first_feature, features, first_position, positions, out_ptr, chunk)
 
         def by_positions(features):
             if last_positions == p.tile_positions:
@@ -235,37 +240,36 @@ class PlaneConvolution(ConvolutionEmitter):
                           first_position)
         out = b.gep(out_ptr, [out_first], source_etype=self.st)
         depth = smin(b, i64(p.chunk), b.sub(i64(g.input_features), first_input))
-        b.call(self._tile_function(features, positions), [x, w, out, depth, b.icmp_unsigned("!=", chunk, i64(0))])
+        b.call(self._tile_function(features, positions, w_o),
+               [x, w, out, depth, b.icmp_unsigned("!=", chunk, i64(0)), plane, i64(w_c)])
 
-    def _tile_function(self, features: int, positions: int) -> ir.Function:
-        """void tile(x, w, out, depth, add): a tile's sums over `depth` input features from
-        its first plane x and first weight w, stored at out, or added to what is there when
-        `add`. A function of its own per tile size, so that the accumulators of one size's
-        loop do not share the register allocation of another's (inlined, they spilled)."""
-        key = (features, positions)
-        fn = self._tiles.get(key)
-        if fn is not None:
-            return fn
-        module = self.b.module
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I1]),
-                         name=module.get_unique_name(f"{self.b.function.name}.tile{features}x{positions}"))
-        fn.linkage = "internal"
-        fn.attributes.add("noinline")
-        self._tiles[key] = fn
-        x, w, out, depth, add = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        g, p = self.g, self.p
+    def _tile_function(self, features: int, positions: int, w_o: int) -> ir.Function:
+        """void tile(x, w, out, depth, add, plane, w_c): a tile's sums over `depth` input
+        features from its first plane x (planes `plane` elements apart, as are the output's)
+        and first weight w (w_c apart along the input features, w_o along the output
+        features), stored at out, or added to what is there when `add`. A function of its
+        own per tile size, shared by every convolution of the program: inlined, the
+        accumulators of one size's loop shared the register allocation of another's and
+        spilled, and a copy per convolution doubled the LLVM time of DenseNet-121."""
+        p = self.p
         vectors = ceil(positions / p.lanes)
         tail = positions - (vectors - 1) * p.lanes        # lanes of the last vector
+        module = self.b.module
+        name = f"pyxla.conv_planes.{self.t.name}x{p.lanes}.tile{features}x{vectors}.tail{tail}.wo{w_o}"
+        if name in module.globals:
+            return module.globals[name]
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64, I1, I64, I64]), name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        x, w, out, depth, add, plane, w_c = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
         mask = None if tail == p.lanes else \
             ir.Constant(ir.VectorType(I1, p.lanes), [ir.Constant(I1, lane < tail) for lane in range(p.lanes)])
         fma = fma_intrinsic(module, self.vector)
         prefetch = module.globals.get("llvm.prefetch.p0") or \
             ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), name="llvm.prefetch.p0")
-        strides = _strides(self.rhs_shape)
-        w_c, w_o = strides[g.dn.kernel_input_feature], strides[g.dn.kernel_output_feature]
-        outs = [[b.gep(out, [i64(k * p.positions + v * p.lanes)], source_etype=self.st) for v in range(vectors)]
-                for k in range(features)]
+        outs = [[b.gep(out, [b.add(b.mul(plane, i64(k)), i64(v * p.lanes))], source_etype=self.st)
+                 for v in range(vectors)] for k in range(features)]
         sums = [[alloca_in_entry(b, self.vector) for _ in range(vectors)] for _ in range(features)]
         with b.if_else(add) as (later, first):
             with later:
@@ -278,13 +282,12 @@ class PlaneConvolution(ConvolutionEmitter):
                         b.store(ir.Constant(self.vector, None), slot)
 
         def step(c):
-            row = b.gep(x, [b.mul(c, i64(p.positions))], source_etype=self.st)
+            row = b.gep(x, [b.mul(c, plane)], source_etype=self.st)
             xs = [self._load(b, b.gep(row, [i64(v * p.lanes)], source_etype=self.st), mask if v == vectors - 1 else None)
                   for v in range(vectors)]
-            weights = b.gep(w, [b.mul(c, i64(w_c))], source_etype=self.st)
-            if w_c * self.t.bytes >= PREFETCH_FROM_STRIDE:
-                b.call(prefetch, [b.gep(weights, [i64(PREFETCH_AHEAD * w_c)], source_etype=self.st),
-                                  ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+            weights = b.gep(w, [b.mul(c, w_c)], source_etype=self.st)
+            b.call(prefetch, [b.gep(weights, [b.mul(w_c, i64(PREFETCH_AHEAD))], source_etype=self.st),
+                              ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
             for k, slots in enumerate(sums):
                 weight = splat(b, self.vector, b.load(b.gep(weights, [i64(k * w_o)], source_etype=self.st), typ=self.st))
                 for xv, slot in zip(xs, slots):
@@ -323,19 +326,21 @@ class PlaneConvolution(ConvolutionEmitter):
             fn = ir.Function(module, fnty, name=name)
         return fn
 
-    def _epilogue(self, image, first_feature, features: int, first_position, positions: int, out_ptr,
+    def _epilogue(self, image, first_feature, end_feature, first_position, end_position, out_ptr,
                   epilogue: HloInstruction) -> None:
-        """The epilogue over the tile, in place: each result read back from the output (in
-        L1) and the fused computation's value stored over it; LLVM vectorises the positions."""
+        """The epilogue over features [first_feature, end_feature) by positions
+        [first_position, end_position), in place: each result read back from the output
+        (in cache) and the fused computation's value stored over it; LLVM vectorises the
+        positions. One loop for every tile size (a copy per size doubled LLVM's time)."""
         ke, b, g = self.ke, self.b, self.g
         dn = g.dn
         shape = self.conv.shape
         spatial = g.output_spatial
 
-        def element(k, position):
+        def element(feature, position):
             index = [None] * shape.rank
             index[dn.output_batch] = image
-            index[dn.output_feature] = b.add(first_feature, k)
+            index[dn.output_feature] = feature
             for d, i in zip(dn.output_spatial, _spatial_index(b, position, spatial)):
                 index[d] = i
             index = tuple(index)
@@ -345,10 +350,8 @@ class PlaneConvolution(ConvolutionEmitter):
             ke._store(out_ptr, shape, index, ke.e.value(epilogue, index))
             ke.e.pop_scope()
 
-        # the position itself the induction variable: first_position + j, with j below a
-        # whole tile, became a bitwise or that LLVM's loop vectoriser could not follow
-        end = b.add(first_position, i64(positions))
-        for_range(b, [features], lambda k: counted_loop(b, first_position, end, lambda position: element(k[0], position)))
+        counted_loop(b, first_feature, end_feature, lambda feature: counted_loop(
+            b, first_position, end_position, lambda position: element(feature, position)))
 
 
 def _spatial_index(b: ir.IRBuilder, position: ir.Value, spatial: tuple[int, ...]) -> list[ir.Value]:
