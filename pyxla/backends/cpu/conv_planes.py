@@ -42,11 +42,12 @@ from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .conv_pointwise import features_first, subsampled_input
 from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides
 from .convolution import ConvGeometry
-from .elemental import alloca_in_entry, etype
+from .elemental import alloca_in_entry, etype, linear_index
 from .ir_types import I1, I32, I64, PTR, fma_intrinsic, i64, smin, splat
 from .llvm_jit import host_jit
 from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
+from .windows import window_source
 
 # (features, vectors) of a tile by the host's vector width: 4 x 3 accumulators of AVX2's 16
 # registers, 6 x 4 of AVX-512's 32 (with a register per loaded vector and one broadcast).
@@ -56,7 +57,35 @@ CHUNK_BYTES = 1 << 14       # a depth chunk of the planes under a position tile,
 # next one's, at a stride the prefetchers do not follow (2048 output features: 8 KB): the
 # tile asks for those PREFETCH_AHEAD input features ahead itself (ResNet-50's 1x1
 # convolutions at 7x7, 512 -> 2048: 836 -> 630 us).
-PREFETCH_AHEAD = 8   # the tasks' packed weights, in kernel scratch; beyond, read in place
+PREFETCH_AHEAD = 8
+
+
+# A convolution with a window and few input features (a CNN's first layer, over the three
+# colours of an image) runs over a copy of its windows, a plane per window offset and input
+# feature, when it has at most PATCH_MAX_FEATURES input features, those rows are at most
+# PATCH_MAX_ROWS and the copy at most PATCH_MAX_BYTES. Measured against conv_tiles.py (2
+# threads, AVX-512): VGG's 3 -> 64 3x3 at 224x224 3.05 -> 1.36 ms, ResNet's 7x7 stride 2
+# 1.66 -> 1.51 ms; AlexNet's 11x11 stride 4 (363 rows) 1.31 -> 1.37 ms, and with 16 or more
+# input features the tiles are faster (16 -> 64 3x3 at 55x55: 388 against 425 us).
+PATCH_MAX_FEATURES = 4
+PATCH_MAX_ROWS = 200
+PATCH_MAX_BYTES = 1 << 24
+
+
+def _pointwise(g: ConvGeometry) -> bool:
+    return all(w.size == 1 and w.pad_low == 0 and w.pad_high == 0 and w.lhs_dilate == 1 and w.rhs_dilate == 1
+               and not w.reversal for w in g.window)
+
+
+def _patched(conv: HloInstruction, g: ConvGeometry) -> bool:
+    """Whether `conv` runs over a copy of its windows (see PATCH_MAX_ROWS): one group, no
+    base dilation or reversal, and a kernel whose output features are its outer- or
+    inner-most dimension (so its rows, the other dimensions, lie at one stride)."""
+    kernel = conv.operands[1].shape
+    rows = g.input_features * prod(w.size for w in g.window)
+    return g.groups == 1 and all(w.lhs_dilate == 1 and not w.reversal for w in g.window) and \
+        g.dn.kernel_output_feature in (kernel.minor_to_major[0], kernel.minor_to_major[-1]) and \
+        g.input_features <= PATCH_MAX_FEATURES and rows <= PATCH_MAX_ROWS and g.batch * rows * prod(g.output_spatial) * etype(conv).bytes <= PATCH_MAX_BYTES
 
 
 def fits(conv: HloInstruction) -> bool:
@@ -70,8 +99,7 @@ def fits(conv: HloInstruction) -> bool:
     dn = g.dn
     if g.batch_groups != 1 or g.input_features == 0:
         return False
-    if not all(w_.size == 1 and w_.pad_low == 0 and w_.pad_high == 0 and w_.lhs_dilate == 1
-               and w_.rhs_dilate == 1 and not w_.reversal for w_ in g.window):
+    if not (_pointwise(g) or _patched(conv, g)):
         return False
     return features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is True and \
         features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is True
@@ -94,7 +122,9 @@ class PlanePlan:
         return self.vectors * self.lanes
 
 
-def plan(g: ConvGeometry, threads: int, element_bytes: int) -> PlanePlan:
+def plan(g: ConvGeometry, depth: int, threads: int, element_bytes: int) -> PlanePlan:
+    """depth: the planes each output feature sums over (input features per group, times the
+    window's offsets when its windows are copied)."""
     vector_bytes = host_jit().vector_bytes
     lanes = vector_bytes // element_bytes
     features, vectors = TILE[vector_bytes]
@@ -102,10 +132,10 @@ def plan(g: ConvGeometry, threads: int, element_bytes: int) -> PlanePlan:
     position_tiles = ceil(positions / (vectors * lanes))
     group_tiles = ceil(g.group_features / features)
     feature_tiles = g.groups * group_tiles
-    work = g.batch * positions * g.groups * g.group_features * g.input_features
+    work = g.batch * positions * g.groups * g.group_features * depth
     wanted = ceil(threads * TASKS_PER_THREAD / g.batch) if threads > 1 and work >= PARALLEL_MIN_WORK else 1
-    plane_bytes = g.input_features * positions * element_bytes          # x of one image
-    weight_bytes = g.input_features * g.groups * g.group_features * element_bytes
+    plane_bytes = depth * positions * element_bytes          # x of one image
+    weight_bytes = depth * g.groups * g.group_features * element_bytes
     best = None
     for feature_blocks in range(1, min(wanted, feature_tiles) + 1):
         position_blocks = min(position_tiles, ceil(wanted / feature_blocks))
@@ -114,7 +144,7 @@ def plan(g: ConvGeometry, threads: int, element_bytes: int) -> PlanePlan:
             best = ((feature_blocks * position_blocks >= wanted, -reread), feature_blocks, position_blocks)
     _, feature_blocks, position_blocks = best
     chunk = max(1, CHUNK_BYTES // (vectors * vector_bytes))
-    chunk = ceil(g.input_features / ceil(g.input_features / chunk))     # chunks of equal depth
+    chunk = ceil(depth / ceil(depth / chunk))     # chunks of equal depth
     return PlanePlan(features, vectors, lanes, positions, position_tiles, group_tiles,
                      ceil(feature_tiles / feature_blocks), ceil(position_tiles / position_blocks), chunk)
 
@@ -122,13 +152,22 @@ def plan(g: ConvGeometry, threads: int, element_bytes: int) -> PlanePlan:
 class PlaneConvolution(ConvolutionEmitter):
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
-        self.g = ConvGeometry.of(conv)
-        self.p = plan(self.g, self.threads, self.t.bytes)
+        self.g = g = ConvGeometry.of(conv)
+        self.patched = not _pointwise(g)
+        self.depth = g.input_features * (prod(w.size for w in g.window) if self.patched else 1)
+        self.p = plan(g, self.depth, self.threads, self.t.bytes)
+        # the weights of plane c: w_c apart along the planes, w_o along the output features
+        strides = _strides(self.rhs_shape)
+        self.w_o = strides[g.dn.kernel_output_feature]
+        self.w_c = min(s for d, s in enumerate(strides) if d != g.dn.kernel_output_feature) if self.patched \
+            else strides[g.dn.kernel_input_feature]
         self.vector = ir.VectorType(self.st, self.p.lanes)
 
     def emit(self, out_ptr: ir.Value, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:
         ke, g, p = self.ke, self.g, self.p
-        if any(w.stride != 1 for w in g.window):
+        if self.patched:
+            self._copy_windows()
+        elif any(w.stride != 1 for w in g.window):
             self.lhs_ptr, self.lhs_shape = subsampled_input(ke, self.conv, self.lhs_ptr, self.lhs_shape)
         # The tiles' rows land in the output when it is laid out as the convolution's result;
         # otherwise in kernel scratch, and a loop then writes the output (through the epilogue).
@@ -153,6 +192,67 @@ class PlaneConvolution(ConvolutionEmitter):
             ke.e.buffer_reads[id(self.conv)] = lambda index: ke._load(product, self.conv.shape, index)
             ke._emit_loop(epilogue if epilogue is not None else self.conv)
 
+    def _copy_windows(self) -> None:
+        """The input under every window into kernel scratch as planes [image][row][position],
+        a row per input feature and window offset in the order the kernel holds their
+        weights (HWIO: offset-major; OIHW: feature-major), padding as zeros. Each output row
+        (the last spatial dimension) is a zero run, a copy of the input's row (contiguous for
+        stride 1, so LLVM vectorises it) and a zero run."""
+        ke, b, g = self.ke, self.b, self.g
+        dn = g.dn
+        kernel = self.rhs_shape
+        row_dims = [d for d in reversed(kernel.minor_to_major) if d != dn.kernel_output_feature]
+        extents = [g.batch, *(kernel.dims[d] for d in row_dims), *g.output_spatial]
+        staged = ArrayShape(self.lhs_shape.dtype, tuple(extents))
+        ptr = ke.reserve_scratch(staged.size * self.t.bytes)
+        source, shape = self.lhs_ptr, self.lhs_shape
+        spatial_of = {d: k for k, d in enumerate(dn.kernel_spatial)}
+        last, width, size = g.window[-1], g.output_spatial[-1], g.input_spatial[-1]
+        zero = ir.Constant(self.st, 0.0)
+
+        def copy_row(loop):
+            image, rows, outer = loop[0], loop[1:1 + len(row_dims)], loop[1 + len(row_dims):]
+            offsets = [None] * len(g.window)
+            feature = None
+            for d, i in zip(row_dims, rows):
+                if d == dn.kernel_input_feature:
+                    feature = i
+                else:
+                    offsets[spatial_of[d]] = i
+            valid, inside = window_source(b, tuple(outer), tuple(offsets[:-1]), g.window[:-1], g.input_spatial[:-1])
+            row = b.gep(ptr, [linear_index(b, (*loop, i64(0)), staged.dims, staged.minor_to_major)],
+                        source_etype=self.st)
+            # x reads input column x * stride + shift: inside the input for x in [begin, end)
+            shift = b.sub(b.mul(offsets[-1], i64(last.rhs_dilate)), i64(last.pad_low))
+            begin = self._ceil_div(b, b.sub(i64(0), shift), last.stride, width)
+            end = self._ceil_div(b, b.sub(i64(size), shift), last.stride, width)
+            end = b.select(b.icmp_signed("<", end, begin), begin, end)
+            if valid is not None:   # the whole row in the padding of an outer dimension
+                begin = b.select(valid, begin, i64(width))
+                end = b.select(valid, end, i64(width))
+
+            def store_zero(x):
+                b.store(zero, b.gep(row, [x], source_etype=self.st))
+
+            def store_copy(x):
+                column = b.add(b.mul(x, i64(last.stride)), shift)
+                value = ke._load(source, shape, g.input_index(b, image, i64(0), feature, (*inside, column)))
+                b.store(value, b.gep(row, [x], source_etype=self.st))
+
+            counted_loop(b, i64(0), begin, store_zero)
+            counted_loop(b, begin, end, store_copy)
+            counted_loop(b, end, i64(width), store_zero)
+
+        ke._loop_nest(extents[:-1], copy_row, staged.size)
+        self.lhs_ptr = ptr
+
+    @staticmethod
+    def _ceil_div(b: ir.IRBuilder, n: ir.Value, d: int, most: int) -> ir.Value:
+        """ceil(n / d) clamped to [0, most], for a positive constant d."""
+        n = b.select(b.icmp_signed("<", n, i64(0)), i64(0), n)
+        q = b.udiv(b.add(n, i64(d - 1)), i64(d))
+        return b.select(b.icmp_signed(">", q, i64(most)), i64(most), q)
+
     def _block(self, task, feature_blocks: int, position_blocks: int, out_ptr, epilogue) -> None:
         """A task's block: per position tile, the depth a chunk at a time over every feature
         tile (the chunk of the planes under the position tile stays in L1 while the feature
@@ -166,7 +266,7 @@ class PlaneConvolution(ConvolutionEmitter):
         f1 = smin(b, b.add(f0, i64(p.feature_block)), i64(g.groups * p.group_tiles))
         t0 = b.mul(pb, i64(p.position_block))
         t1 = smin(b, b.add(t0, i64(p.position_block)), i64(p.position_tiles))
-        chunks = ceil(g.input_features / p.chunk)
+        chunks = ceil(self.depth / p.chunk)
 
         def position_tile(t):
             def chunk(k):
@@ -227,11 +327,10 @@ class PlaneConvolution(ConvolutionEmitter):
         first_position: the sums over depth chunk `chunk` of the group's input features,
         added to the output (stored there for the first chunk)."""
         b, g, p = self.b, self.g, self.p
-        strides = _strides(self.rhs_shape)
-        w_c, w_o = strides[g.dn.kernel_input_feature], strides[g.dn.kernel_output_feature]
+        w_c, w_o = self.w_c, self.w_o
         plane = i64(p.positions)
         first_input = b.mul(chunk, i64(p.chunk))
-        first_plane = b.add(b.add(b.mul(image, i64(g.groups * g.input_features)), b.mul(group, i64(g.input_features))),
+        first_plane = b.add(b.add(b.mul(image, i64(g.groups * self.depth)), b.mul(group, i64(self.depth))),
                             first_input)
         x = b.gep(self.lhs_ptr, [b.add(b.mul(first_plane, plane), first_position)], source_etype=self.st)
         w = b.gep(self.rhs_ptr, [b.add(b.mul(first_input, i64(w_c)), b.mul(first_feature, i64(w_o)))],
@@ -239,7 +338,7 @@ class PlaneConvolution(ConvolutionEmitter):
         out_first = b.add(b.mul(b.add(b.mul(image, i64(g.groups * g.group_features)), first_feature), plane),
                           first_position)
         out = b.gep(out_ptr, [out_first], source_etype=self.st)
-        depth = smin(b, i64(p.chunk), b.sub(i64(g.input_features), first_input))
+        depth = smin(b, i64(p.chunk), b.sub(i64(self.depth), first_input))
         b.call(self._tile_function(features, positions, w_o),
                [x, w, out, depth, b.icmp_unsigned("!=", chunk, i64(0)), plane, i64(w_c)])
 

@@ -1,8 +1,10 @@
-"""Pointwise convolutions over feature planes (conv_planes.py): NCHW in and out, against the
-interpreter on fresh random inputs. Tiles cut by the end of a plane (a masked last vector)
-and by the end of a group's features (a narrower tile), several depth chunks, groups,
-batches, strides, kernels stored input- or output-feature first, a fused epilogue, a result
-laid out differently from the convolution, one thread and several, both vector widths."""
+"""Convolutions over feature planes (conv_planes.py): NCHW in and out, pointwise or with few
+input features and a window (over a copy of the windows), against the interpreter on fresh
+random inputs. Tiles cut by the end of a plane (a masked last vector) and by the end of a
+group's features (a narrower tile), several depth chunks, groups, batches, strides,
+padding, dilation, kernels stored input- or output-feature first, a fused epilogue, a
+result laid out differently from the convolution, one thread and several, both vector
+widths."""
 import pytest
 
 from pyxla.backends.cpu import codegen, conv_planes
@@ -53,8 +55,13 @@ CASES = [
     ("1,24,10,10", "1,1,8,21", "1,21,10,10", "bf01_01io->bf01", "size=1x1", 3),     # 3 groups of 7 features
     ("1,16,9,9", "1,1,16,24", "1,24,5,5", "bf01_01io->bf01", "size=1x1 stride=2x2", 1),   # ResNet's downsampling
     ("1,64,300", "1,64,130", "1,130,300", "bf0_0io->bf0", "size=1", 1),             # one spatial dimension
+    # windows copied: a 3-colour stem, stride 2 and padding; OIHW; uneven padding and dilation
+    ("2,3,17,19", "7,7,3,20", "2,20,9,10", "bf01_01io->bf01", "size=7x7 stride=2x2 pad=3_3x3_3", 1),
+    ("1,3,12,12", "16,3,3,3", "1,16,12,12", "bf01_oi01->bf01", "size=3x3 pad=1_1x1_1", 1),
+    ("1,2,11,9", "3,3,2,13", "1,13,8,10", "bf01_01io->bf01", "size=3x3 pad=0_1x2_1 rhs_dilate=2x1", 1),
+    ("1,3,40", "5,3,18", "1,18,18", "bf0_0io->bf0", "size=5 stride=2 pad=0_0", 1),
 ]
-IDS = ["tail", "oihw", "batch-chunks", "groups", "stride", "1d"]
+IDS = ["tail", "oihw", "batch-chunks", "groups", "stride", "1d", "stem", "windows-oihw", "pad-dilate", "windows-1d"]
 
 
 @pytest.mark.parametrize("vector_bytes", [32, 64])
@@ -96,7 +103,7 @@ def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool): 
 
 
 @pytest.mark.parametrize("x,w,out,labels,window", [
-    ("1,16,5,5", "3,3,16,24", "1,24,5,5", "bf01_01io->bf01", "size=3x3 pad=1_1x1_1"),   # a real window
+    ("1,16,5,5", "3,3,16,24", "1,24,5,5", "bf01_01io->bf01", "size=3x3 pad=1_1x1_1"),   # a window, 16 features
     ("1,5,5,16", "1,1,16,24", "1,5,5,24", "b01f_01io->b01f", "size=1x1"),               # NHWC
 ])
 def test_other_convolutions_go_elsewhere(x, w, out, labels, window, rng, monkeypatch, pool):  # noqa: F811
