@@ -43,7 +43,7 @@ from .conv_pointwise import features_first, subsampled_input
 from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, etype, linear_index
-from .ir_types import I1, I32, I64, PTR, fma_intrinsic, i64, smin, splat
+from .ir_types import I1, I32, I64, PTR, fma_intrinsic, i64, prefetch_intrinsic, smin, splat
 from .llvm_jit import host_jit
 from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
@@ -365,8 +365,7 @@ class PlaneConvolution(ConvolutionEmitter):
         mask = None if tail == p.lanes else \
             ir.Constant(ir.VectorType(I1, p.lanes), [ir.Constant(I1, lane < tail) for lane in range(p.lanes)])
         fma = fma_intrinsic(module, self.vector)
-        prefetch = module.globals.get("llvm.prefetch.p0") or \
-            ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]), name="llvm.prefetch.p0")
+        prefetch = prefetch_intrinsic(module)
         outs = [[b.gep(out, [b.add(b.mul(plane, i64(k)), i64(v * p.lanes))], source_etype=self.st)
                  for v in range(vectors)] for k in range(features)]
         sums = [[alloca_in_entry(b, self.vector) for _ in range(vectors)] for _ in range(features)]

@@ -115,6 +115,14 @@ def fma_intrinsic(module: ir.Module, ty: ir.Type) -> ir.Function:
     return fn
 
 
+def prefetch_intrinsic(module: ir.Module) -> ir.Function:
+    """llvm.prefetch(address, rw, locality, cache type): a hint, never a fault."""
+    fn = module.globals.get("llvm.prefetch.p0")
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I32, I32, I32]), name="llvm.prefetch.p0")
+    return fn
+
+
 def splat(b: ir.IRBuilder, vector: ir.VectorType, x: ir.Value) -> ir.Value:
     """A vector with every lane x."""
     one = b.insert_element(ir.Constant(vector, ir.Undefined), x, ir.Constant(I32, 0))

@@ -10,7 +10,7 @@ from pyxla.backends import get_backend
 from pyxla.backends.cpu import conv_tiles, windows
 from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS
 from pyxla.backends.cpu.llvm_jit import host_jit
-from pyxla.hlo import parse_module
+from pyxla.hlo import evaluate_module, parse_module
 
 from .differential import assert_cpu_matches_interpreter
 
@@ -121,12 +121,42 @@ def test_pool_rows_split_at_their_interior(dims, window, reducer, rng, monkeypat
     the last dimension without checks, those at its edges with them (windows._emit_rows)."""
     interiors = []
     find = windows._interior
-    monkeypatch.setattr(windows, "_interior", lambda instr: interiors.append(find(instr)) or interiors[-1])
+    monkeypatch.setattr(windows, "_interior", lambda instr, *least: interiors.append(find(instr, *least)) or interiors[-1])
     out = window_output(dims, window)
     text = reduce_window_module(reducer, "f32", ",".join(map(str, dims)), window, ",".join(map(str, out)))
     x = (rng.standard_normal(dims) * 3).astype(np.float32)
     assert_cpu_matches_interpreter(text, rng, [x], rtol=1e-6, atol=1e-5)
     assert interiors and all(i is not None for i in interiors)
+
+
+VECTOR_ROWS = [
+    ((1, 3, 14, 14), "size=1x1x3x3 pad=0_0x0_0x1_1x1_1"),                  # Inception's 3x3 'same' pools
+    ((1, 2, 7, 7), "size=1x1x3x3 pad=0_0x0_0x1_1x1_1"),                    # rows of 7: half-width vectors
+    ((1, 2, 15, 15), "size=1x1x3x3 stride=1x1x2x2 pad=0_0x0_0x0_1x0_1"),   # stride 2 over a short row
+    ((2, 40, 21), "size=1x2x3 stride=1x2x3"),                              # stride 3, no padding
+]
+
+
+@pytest.mark.parametrize("t", ["f32", "f64"])
+@pytest.mark.parametrize("reducer", ["maximum", "minimum"])
+@pytest.mark.parametrize("dims,window", VECTOR_ROWS, ids=[w for _, w in VECTOR_ROWS])
+def test_max_pool_rows_in_vectors(dims, window, reducer, t, rng, monkeypatch):
+    """Clamped max and min pools compute their rows' interiors a vector of outputs at a time
+    (windows._VectorRow), exactly: NaNs propagate and -0 orders below +0 as in the scalar
+    fold, which the scalar edges still use."""
+    emitted = []
+    emit = windows._VectorRow.emit
+    monkeypatch.setattr(windows._VectorRow, "emit", lambda self, *args: emitted.append(1) or emit(self, *args))
+    out = window_output(dims, window)
+    text = reduce_window_module(reducer, t, ",".join(map(str, dims)), window, ",".join(map(str, out)))
+    x = (rng.standard_normal(dims) * 3).astype(t.replace("f", "float"))
+    x.flat[rng.choice(x.size, x.size // 10, replace=False)] = np.nan
+    zeros = rng.choice(x.size, x.size // 5, replace=False)
+    x.flat[zeros] = np.where(rng.random(zeros.size) < 0.5, -0.0, 0.0)
+    got = assert_cpu_matches_interpreter(text, rng, [x], rtol=0, atol=0)
+    want = evaluate_module(parse_module(text), [x])
+    np.testing.assert_array_equal(np.signbit(got[0]), np.signbit(np.asarray(want)))
+    assert emitted
 
 
 @pytest.mark.parametrize("dims,window", WINDOWS[2:4], ids=[w for _, w in WINDOWS[2:4]])
