@@ -50,8 +50,12 @@ from .sorting import counted_loop
 from .windows import window_source
 
 # (features, vectors) of a tile by the host's vector width: 4 x 3 accumulators of AVX2's 16
-# registers, 6 x 4 of AVX-512's 32 (with a register per loaded vector and one broadcast).
-TILE = {32: (4, 3), 64: (6, 4)}
+# registers, 8 x 3 of AVX-512's 32 (with a register per loaded vector and one broadcast);
+# AVX-512's 8 x 3 runs 4-8% faster than 6 x 4 (2 threads: 1024 -> 256 at 14x14 201 -> 220
+# GFLOP/s), but planes of 49 to 64 positions (7x7) fit one 6 x 4 tile, where 8 x 3 adds a
+# tile for the last position (512 -> 2048 at 7x7: 199 against 153 GFLOP/s).
+TILE = {32: (4, 3), 64: (8, 3)}
+ONE_TILE = {32: (4, 3), 64: (6, 4)}
 CHUNK_BYTES = 1 << 14       # a depth chunk of the planes under a position tile, kept in L1
 # A tile's weights for one input feature lie a row of the kernel's output features from the
 # next one's, at a stride the prefetchers do not follow (2048 output features: 8 KB): the
@@ -64,11 +68,12 @@ PREFETCH_AHEAD = 8
 # colours of an image) runs over a copy of its windows, a plane per window offset and input
 # feature, when it has at most PATCH_MAX_FEATURES input features, those rows are at most
 # PATCH_MAX_ROWS and the copy at most PATCH_MAX_BYTES. Measured against conv_tiles.py (2
-# threads, AVX-512): VGG's 3 -> 64 3x3 at 224x224 3.05 -> 1.36 ms, ResNet's 7x7 stride 2
-# 1.66 -> 1.51 ms; AlexNet's 11x11 stride 4 (363 rows) 1.31 -> 1.37 ms, and with 16 or more
-# input features the tiles are faster (16 -> 64 3x3 at 55x55: 388 against 425 us).
+# threads, AVX-512): VGG's 3 -> 64 3x3 at 224x224 3.05 -> 1.36 ms, SqueezeNet's 3x3 stride 2
+# in the model 0.87 -> 0.71 ms. A 7x7 window's copy (147 rows: ResNet-50's first layer) is
+# slower in the model (1.6 -> 2.5 ms), though faster alone; and with 16 or more input
+# features the tiles are faster (16 -> 64 3x3 at 55x55: 388 against 425 us).
 PATCH_MAX_FEATURES = 4
-PATCH_MAX_ROWS = 200
+PATCH_MAX_ROWS = 32
 PATCH_MAX_BYTES = 1 << 24
 
 
@@ -85,7 +90,8 @@ def _patched(conv: HloInstruction, g: ConvGeometry) -> bool:
     rows = g.input_features * prod(w.size for w in g.window)
     return g.groups == 1 and all(w.lhs_dilate == 1 and not w.reversal for w in g.window) and \
         g.dn.kernel_output_feature in (kernel.minor_to_major[0], kernel.minor_to_major[-1]) and \
-        g.input_features <= PATCH_MAX_FEATURES and rows <= PATCH_MAX_ROWS and g.batch * rows * prod(g.output_spatial) * etype(conv).bytes <= PATCH_MAX_BYTES
+        g.input_features <= PATCH_MAX_FEATURES and rows <= PATCH_MAX_ROWS and \
+        g.batch * rows * prod(g.output_spatial) * etype(conv).bytes <= PATCH_MAX_BYTES
 
 
 def fits(conv: HloInstruction) -> bool:
@@ -127,8 +133,10 @@ def plan(g: ConvGeometry, depth: int, threads: int, element_bytes: int) -> Plane
     window's offsets when its windows are copied)."""
     vector_bytes = host_jit().vector_bytes
     lanes = vector_bytes // element_bytes
-    features, vectors = TILE[vector_bytes]
     positions = prod(g.output_spatial)
+    features, vectors = TILE[vector_bytes]
+    if vectors * lanes < positions <= ONE_TILE[vector_bytes][1] * lanes:
+        features, vectors = ONE_TILE[vector_bytes]
     position_tiles = ceil(positions / (vectors * lanes))
     group_tiles = ceil(g.group_features / features)
     feature_tiles = g.groups * group_tiles

@@ -55,13 +55,14 @@ CASES = [
     ("1,24,10,10", "1,1,8,21", "1,21,10,10", "bf01_01io->bf01", "size=1x1", 3),     # 3 groups of 7 features
     ("1,16,9,9", "1,1,16,24", "1,24,5,5", "bf01_01io->bf01", "size=1x1 stride=2x2", 1),   # ResNet's downsampling
     ("1,64,300", "1,64,130", "1,130,300", "bf0_0io->bf0", "size=1", 1),             # one spatial dimension
+    ("1,20,7,7", "1,1,20,30", "1,30,7,7", "bf01_01io->bf01", "size=1x1", 1),        # 7x7: conv_planes.ONE_TILE
     # windows copied: a 3-colour stem, stride 2 and padding; OIHW; uneven padding and dilation
-    ("2,3,17,19", "7,7,3,20", "2,20,9,10", "bf01_01io->bf01", "size=7x7 stride=2x2 pad=3_3x3_3", 1),
+    ("2,3,17,19", "3,3,3,20", "2,20,9,10", "bf01_01io->bf01", "size=3x3 stride=2x2 pad=1_1x1_1", 1),
     ("1,3,12,12", "16,3,3,3", "1,16,12,12", "bf01_oi01->bf01", "size=3x3 pad=1_1x1_1", 1),
     ("1,2,11,9", "3,3,2,13", "1,13,8,10", "bf01_01io->bf01", "size=3x3 pad=0_1x2_1 rhs_dilate=2x1", 1),
     ("1,3,40", "5,3,18", "1,18,18", "bf0_0io->bf0", "size=5 stride=2 pad=0_0", 1),
 ]
-IDS = ["tail", "oihw", "batch-chunks", "groups", "stride", "1d", "stem", "windows-oihw", "pad-dilate", "windows-1d"]
+IDS = ["tail", "oihw", "batch-chunks", "groups", "stride", "1d", "7x7", "stem", "windows-oihw", "pad-dilate", "windows-1d"]
 
 
 @pytest.mark.parametrize("vector_bytes", [32, 64])
