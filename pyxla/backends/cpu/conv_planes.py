@@ -105,8 +105,8 @@ def fits(conv: HloInstruction) -> bool:
     dn = g.dn
     if g.batch_groups != 1 or g.input_features == 0:
         return False
-    if not (_pointwise(g) or _patched(conv, g)):
-        return False
+    if not (_pointwise(g) or _patched(conv, g)) or prod(g.output_spatial) == 1:
+        return False   # over a 1x1 map: conv_pointwise.py's matrix-vector product
     return features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is True and \
         features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is True
 

@@ -20,10 +20,11 @@ from math import prod
 
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
-from .codegen import TASKS_PER_THREAD
+from .codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .conv_tiles import EMITTERS, _operand
 from .convolution import ConvGeometry
 from .dot_tasks import emit_dot_tasks
+from .gemv_kernel import emit_gemv
 from .elemental import delinearize, etype
 from .ir_types import i64
 from .parallel import worker_pool
@@ -111,8 +112,14 @@ class PointwiseGemm:
         # result; otherwise in kernel scratch, and a loop writes the output (through the epilogue).
         in_place = out_shape.is_row_major and out_shape.dims == conv.shape.dims
         product_ptr = out_ptr if in_place else ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
-        emit_dot_tasks(ke, etype(conv).name, product_ptr, a, b, (), m, n, features, a_t, b_t,
-                       worker_pool().threads * TASKS_PER_THREAD, apply if epilogue is not None and in_place else None)
+        if positions == 1:   # a classifier over a 1x1 map: y = x W, every weight read once where it lies
+            tasks = worker_pool().threads * TASKS_PER_THREAD if outputs * features >= GEMV_PARALLEL_MIN_WORK else 1
+            emit_gemv(ke, etype(conv).name, product_ptr, x_ptr, w_ptr, 1, outputs, features, not w_io, tasks,
+                      (lambda flat: apply((), flat, i64(0)) if out_first else apply((), i64(0), flat))
+                      if epilogue is not None and in_place else None)
+        else:
+            emit_dot_tasks(ke, etype(conv).name, product_ptr, a, b, (), m, n, features, a_t, b_t,
+                           worker_pool().threads * TASKS_PER_THREAD, apply if epilogue is not None and in_place else None)
         if not in_place:
             ke.e.buffer_reads[id(conv)] = lambda index: ke._load(product_ptr, conv.shape, index)
             ke._emit_loop(epilogue if epilogue is not None else conv)
