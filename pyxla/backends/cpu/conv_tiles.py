@@ -49,7 +49,7 @@ from ...hlo.shape import ArrayShape
 from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, delinearize, etype, linear_index
-from .ir_types import PTR, fma_intrinsic, i64, smin, splat, storage_type
+from .ir_types import I32, PTR, fma_intrinsic, i64, prefetch_intrinsic, smin, splat, storage_type
 from .llvm_jit import host_jit
 from .loops import for_range
 from .parallel import emit_parallel_tasks, worker_pool
@@ -70,6 +70,12 @@ UNROLL = 1                 # input features per trip of the inner loop: LLVM unr
 BLOCK_BYTES = 1 << 17      # a task's block of results, on its stack
 KERNEL_SLICE_BYTES = 1 << 14   # a panel's kernel rows one slice of the depth reads (see _block) ...
 SLICED_FROM_BYTES = 1 << 16    # ... when its whole depth of rows is larger than this
+# A panel's kernel rows lie a row of output features apart (1.5 KB for 384 of them), a
+# stride the hardware prefetchers do not follow: the tile asks for the rows
+# KERNEL_PREFETCH_ROWS ahead itself. Convolutions over small maps read far more kernel
+# than input: 3x3 384 -> 384 at 6x6 1055 -> 905 us, 256 -> 256 at 14x14 1271 -> 953 us
+# (1.90 -> 1.56 ms with the kernel out of cache); at 28x28 no change.
+KERNEL_PREFETCH_ROWS = 8
 MIN_GROUP_FEATURES = 4     # fewer output features per group (depthwise): conv_depthwise.py
 
 # Convolution kernels, tried in order: (fits(conv), emitter class); an emitter is made with
@@ -524,11 +530,19 @@ class TiledConvolution(ConvolutionEmitter):
         b, p = self.b, self.p
         fma = fma_intrinsic(b.module, self.vector)
 
+        prefetch = prefetch_intrinsic(b.module)
+
         def step(c):
             rows = [b.load(b.gep(kernel, [b.add(b.mul(c, i64(kernel_stride)), i64(v * p.lanes))],
                                  source_etype=self.st), typ=self.vector) for v in range(p.vectors)]
             for row in rows:
                 row.align = self.t.bytes
+            if KERNEL_PREFETCH_ROWS:
+                for v in range(p.vectors):
+                    ahead = b.gep(kernel, [b.add(b.mul(c, i64(kernel_stride)),
+                                                 i64(KERNEL_PREFETCH_ROWS * kernel_stride + v * p.lanes))],
+                                  source_etype=self.st)
+                    b.call(prefetch, [ahead, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
             for pixel, slots in zip(inputs, accumulators):
                 x = splat(b, self.vector, b.load(b.gep(pixel, [c], source_etype=self.st), typ=self.st))
                 for row, slot in zip(rows, slots):
