@@ -1,5 +1,6 @@
-"""Pointwise (1x1) convolution over feature planes (NCHW), positions along the vector lanes
-(f32, f64), alone or with its elementwise epilogue.
+"""Convolution over feature planes (NCHW), output positions along the vector lanes (f32,
+f64), alone or with its elementwise epilogue: pointwise (1x1) convolutions, and those with
+a window over a few input features (a CNN's colour stem) over a copy of their windows.
 
 With its features before its spatial dimensions, each input feature of an image is a plane
 of contiguous positions, and so is each output feature:
@@ -8,12 +9,18 @@ of contiguous positions, and so is each output feature:
 
 A tile is FEATURES output features by VECTORS vectors of consecutive positions. Per input
 feature c it loads the tile's VECTORS vectors of plane c and broadcasts its FEATURES weights
-W[c, o..], FEATURES x VECTORS fused multiply-adds into accumulators that stay in registers
-for the whole depth, each output element the sum in c order. Neither operand is packed or
-copied (a plane's positions are contiguous in x; a position's weights are contiguous in an
-HWIO kernel and at a stride in OIHW), and the tile's rows are stored to the output as whole
-vectors, the epilogue then applied to them in place while they are in L1. The last tile of
-a plane whose positions are not whole vectors loads and stores its last vector under a mask.
+W[c, o..], FEATURES x VECTORS fused multiply-adds into accumulators held in registers, each
+output element the sum in c order. Neither operand is packed or copied (a plane's positions
+are contiguous in x; a position's weights are contiguous in an HWIO kernel and at a stride
+in OIHW), and the tile's rows are stored to the output as whole vectors. The last tile of a
+plane whose positions are not whole vectors loads and stores its last vector under a mask.
+The depth runs in chunks of CHUNK_BYTES of the planes under a position tile, which stay in
+L1 while every feature tile of the block reads them, the sums waiting in the output between
+chunks; the epilogue then runs over the position tile's results, still in cache.
+
+A window (PATCH_MAX_ROWS) is a copy first: the input under each window offset is a plane
+of its own, in the order the kernel holds the offsets' weights, so the kernel is again a
+[planes, output features] matrix.
 
 Against the other routes for such convolutions: conv_tiles.py copies an NCHW input to NHWC
 and writes its output back feature by feature, and pyxla's GEMM (conv_pointwise.py) packs
@@ -22,7 +29,7 @@ writing the product costs more than the arithmetic.
 
 Groups (ShuffleNet's grouped 1x1 convolutions) read their own planes; a tile's features
 never straddle two groups. A strided 1x1 convolution reads conv_pointwise.py's subsampled
-copy of its input.
+copy of its input; one over a 1x1 map is conv_pointwise.py's matrix-vector product.
 
 Threads. The tiles of every image are cut into blocks of whole feature tiles by whole
 position tiles, a block per task, the cut the one that re-reads least: a block of features

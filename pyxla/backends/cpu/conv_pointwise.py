@@ -24,8 +24,8 @@ from .codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .conv_tiles import EMITTERS, _operand
 from .convolution import ConvGeometry
 from .dot_tasks import emit_dot_tasks
-from .gemv_kernel import emit_gemv
 from .elemental import delinearize, etype
+from .gemv_kernel import emit_gemv
 from .ir_types import i64
 from .parallel import worker_pool
 

@@ -61,8 +61,8 @@ from .windows import window_source
 # tile runs the CNN block 20.6 -> 14.6 ms (one Xeon, one process); 12 positions are no faster.
 # AVX-512 also has tiles of 7, for outputs whose position count 7 divides (7x7 and 14x14
 # maps: no tile cut short, where 8 leaves 7 of 56 positions idle): a tile's positions are
-# those of the candidates that waste the fewest, the first of them on a tie. 3x3 256 -> 256
-# at 7x7: 95 -> 125 GFLOP/s on one thread, 147 -> 197 on two.
+# those of the candidates that waste the fewest, the first of them on a tie (3x3 256 -> 256
+# at 7x7 on one thread, best of many runs: 105-112 -> 111-114 GFLOP/s).
 TILE_POSITIONS = {32: (6,), 64: (8, 7)}
 TILE_VECTORS = 2
 UNROLL = 1                 # input features per trip of the inner loop: LLVM unrolls it as it sees

@@ -117,17 +117,24 @@ def _reduce_window(e: ElementalEmitter, instr, index):
         elements = [e.value(inputs[0], window_source(b, index, tuple(i64(k) for k in at), window, sizes)[1])
                     for at in offsets]
         elements.append(b.load(accs[0]))
-        while len(elements) > 1:
-            pairs = [e.scalar_computation(comp, [x, y])[0] for x, y in zip(elements[::2], elements[1::2])]
-            elements = pairs + elements[len(pairs) * 2:]
+        result = _fold_tree(elements, lambda x, y: e.scalar_computation(comp, [x, y])[0])
         e.pop_scope()
-        return elements[0]
+        return result
     if all(sizes):   # an empty input leaves every window to padding: the init values
         e.push_scope()
         for_range(b, [w.size for w in window], body)
         e.pop_scope()
     results = [b.load(acc) for acc in accs]
     return results[0] if n == 1 else results
+
+
+def _fold_tree(values: list, combine):
+    """values combined pairwise, level by level (for an associative, commutative reducer:
+    the dependent chain is log2 of the window, not the window)."""
+    while len(values) > 1:
+        pairs = [combine(u, v) for u, v in zip(values[::2], values[1::2])]
+        values = pairs + values[len(pairs) * 2:]
+    return values[0]
 
 
 def _clamped_windows(instr) -> bool:
@@ -255,11 +262,9 @@ class _VectorRow:
                 picks = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [k * last.stride for k in range(self.lanes)])
                 loaded = b.shuffle_vector(loaded, ir.Constant(wide, ir.Undefined), picks)
             values.append(loaded)
-        while len(values) > 1:
-            pairs = [b.call(self.combine, [u, v]) for u, v in zip(values[::2], values[1::2])]
-            values = pairs + values[len(pairs) * 2:]
+        result = _fold_tree(values, lambda u, v: b.call(self.combine, [u, v]))
         out = linear_index(b, (*prefix, x), root.shape.dims, root.shape.minor_to_major)
-        b.store(values[0], b.gep(ke.out_ptr, [out], source_etype=self.st)).align = self.x.shape.dtype.bytes
+        b.store(result, b.gep(ke.out_ptr, [out], source_etype=self.st)).align = self.x.shape.dtype.bytes
 
 
 def _vector_row(ke, root, interior: int) -> _VectorRow | None:
