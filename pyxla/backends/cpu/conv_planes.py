@@ -46,11 +46,11 @@ import llvmlite.ir as ir
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_pointwise import features_first, subsampled_input
+from .conv_pointwise import features_first, pointwise, row_major_float, subsampled_input
 from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, etype, linear_index
-from .ir_types import I1, I32, I64, PTR, fma_intrinsic, i64, prefetch_intrinsic, smin, splat
+from .ir_types import I1, I64, PTR, fma_intrinsic, i64, prefetch, smin, splat
 from .llvm_jit import host_jit
 from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
@@ -84,11 +84,6 @@ PATCH_MAX_ROWS = 32
 PATCH_MAX_BYTES = 1 << 24
 
 
-def _pointwise(g: ConvGeometry) -> bool:
-    return all(w.size == 1 and w.pad_low == 0 and w.pad_high == 0 and w.lhs_dilate == 1 and w.rhs_dilate == 1
-               and not w.reversal for w in g.window)
-
-
 def _patched(conv: HloInstruction, g: ConvGeometry) -> bool:
     """Whether `conv` runs over a copy of its windows (see PATCH_MAX_ROWS): one group, no
     base dilation or reversal, and a kernel whose output features are its outer- or
@@ -102,17 +97,14 @@ def _patched(conv: HloInstruction, g: ConvGeometry) -> bool:
 
 
 def fits(conv: HloInstruction) -> bool:
-    t = etype(conv)
-    if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands):
+    if not row_major_float(conv):
         return False
-    x, w = conv.operands
-    if not all(s.is_row_major for s in (x.shape, w.shape, conv.shape)) or conv.shape.size == 0:
-        return False
+    x = conv.operands[0]
     g = ConvGeometry.of(conv)
     dn = g.dn
     if g.batch_groups != 1 or g.input_features == 0:
         return False
-    if not (_pointwise(g) or _patched(conv, g)) or prod(g.output_spatial) == 1:
+    if not (pointwise(g) or _patched(conv, g)) or prod(g.output_spatial) == 1:
         return False   # over a 1x1 map: conv_pointwise.py's matrix-vector product
     return features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is True and \
         features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is True
@@ -168,7 +160,7 @@ class PlaneConvolution(ConvolutionEmitter):
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
         self.g = g = ConvGeometry.of(conv)
-        self.patched = not _pointwise(g)
+        self.patched = not pointwise(g)
         self.depth = g.input_features * (prod(w.size for w in g.window) if self.patched else 1)
         self.p = plan(g, self.depth, self.threads, self.t.bytes)
         # the weights of plane c: w_c apart along the planes, w_o along the output features
@@ -380,7 +372,6 @@ class PlaneConvolution(ConvolutionEmitter):
         mask = None if tail == p.lanes else \
             ir.Constant(ir.VectorType(I1, p.lanes), [ir.Constant(I1, lane < tail) for lane in range(p.lanes)])
         fma = fma_intrinsic(module, self.vector)
-        prefetch = prefetch_intrinsic(module)
         outs = [[b.gep(out, [b.add(b.mul(plane, i64(k)), i64(v * p.lanes))], source_etype=self.st)
                  for v in range(vectors)] for k in range(features)]
         sums = [[alloca_in_entry(b, self.vector) for _ in range(vectors)] for _ in range(features)]
@@ -399,8 +390,7 @@ class PlaneConvolution(ConvolutionEmitter):
             xs = [self._load(b, b.gep(row, [i64(v * p.lanes)], source_etype=self.st), mask if v == vectors - 1 else None)
                   for v in range(vectors)]
             weights = b.gep(w, [b.mul(c, w_c)], source_etype=self.st)
-            b.call(prefetch, [b.gep(weights, [b.mul(w_c, i64(PREFETCH_AHEAD))], source_etype=self.st),
-                              ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+            prefetch(b, b.gep(weights, [b.mul(w_c, i64(PREFETCH_AHEAD))], source_etype=self.st))
             for k, slots in enumerate(sums):
                 weight = splat(b, self.vector, b.load(b.gep(weights, [i64(k * w_o)], source_etype=self.st), typ=self.st))
                 for xv, slot in zip(xs, slots):

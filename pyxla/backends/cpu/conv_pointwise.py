@@ -41,19 +41,30 @@ def features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple) 
     return None
 
 
-def fits(conv: HloInstruction) -> bool:
+def row_major_float(conv: HloInstruction) -> bool:
+    """Whether `conv` is f32 or f64 throughout, with every array row-major and a non-empty
+    result: what the GEMM and plane kernels read by strides."""
     t = etype(conv)
-    if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands) or worker_pool() is None:
+    if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands):
         return False
-    x, w = conv.operands
-    if not all(s.is_row_major for s in (x.shape, w.shape, conv.shape)) or conv.shape.size == 0:
+    return all(s.is_row_major for s in (*(op.shape for op in conv.operands), conv.shape)) and conv.shape.size > 0
+
+
+def pointwise(g: ConvGeometry) -> bool:
+    """A 1x1 window with no padding, dilation or reversal (a stride is allowed)."""
+    return all(w.size == 1 and w.pad_low == 0 and w.pad_high == 0 and w.lhs_dilate == 1 and w.rhs_dilate == 1
+               and not w.reversal for w in g.window)
+
+
+def fits(conv: HloInstruction) -> bool:
+    if not row_major_float(conv) or worker_pool() is None:
         return False
+    x = conv.operands[0]
     g = ConvGeometry.of(conv)
     dn = g.dn
     if g.groups != 1 or g.batch_groups != 1 or x.shape.dims[dn.input_batch] != 1 or g.input_features == 0:
         return False
-    if not all(w_.size == 1 and w_.pad_low == 0 and w_.pad_high == 0 and w_.lhs_dilate == 1
-               and w_.rhs_dilate == 1 and not w_.reversal for w_ in g.window):
+    if not pointwise(g):
         return False
     return features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is not None and \
         features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is not None

@@ -49,7 +49,7 @@ from ...hlo.shape import ArrayShape
 from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, delinearize, etype, linear_index
-from .ir_types import I32, PTR, fma_intrinsic, i64, prefetch_intrinsic, smin, splat, storage_type
+from .ir_types import PTR, fma_intrinsic, i64, prefetch, smin, splat, storage_type
 from .llvm_jit import host_jit
 from .loops import for_range
 from .parallel import emit_parallel_tasks, worker_pool
@@ -532,8 +532,6 @@ class TiledConvolution(ConvolutionEmitter):
         b, p = self.b, self.p
         fma = fma_intrinsic(b.module, self.vector)
 
-        prefetch = prefetch_intrinsic(b.module)
-
         def step(c):
             rows = [b.load(b.gep(kernel, [b.add(b.mul(c, i64(kernel_stride)), i64(v * p.lanes))],
                                  source_etype=self.st), typ=self.vector) for v in range(p.vectors)]
@@ -544,7 +542,7 @@ class TiledConvolution(ConvolutionEmitter):
                     ahead = b.gep(kernel, [b.add(b.mul(c, i64(kernel_stride)),
                                                  i64(KERNEL_PREFETCH_ROWS * kernel_stride + v * p.lanes))],
                                   source_etype=self.st)
-                    b.call(prefetch, [ahead, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+                    prefetch(b, ahead)
             for pixel, slots in zip(inputs, accumulators):
                 x = splat(b, self.vector, b.load(b.gep(pixel, [c], source_etype=self.st), typ=self.st))
                 for row, slot in zip(rows, slots):

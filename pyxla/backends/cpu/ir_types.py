@@ -115,12 +115,13 @@ def fma_intrinsic(module: ir.Module, ty: ir.Type) -> ir.Function:
     return fn
 
 
-def prefetch_intrinsic(module: ir.Module) -> ir.Function:
-    """llvm.prefetch(address, rw, locality, cache type): a hint, never a fault."""
-    fn = module.globals.get("llvm.prefetch.p0")
+def prefetch(b: ir.IRBuilder, address: ir.Value) -> None:
+    """A hint to bring `address`'s cache line into every cache level for reading (it never
+    faults, so an address past the data is harmless)."""
+    fn = b.module.globals.get("llvm.prefetch.p0")
     if fn is None:
-        fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I32, I32, I32]), name="llvm.prefetch.p0")
-    return fn
+        fn = ir.Function(b.module, ir.FunctionType(VOID, [PTR, I32, I32, I32]), name="llvm.prefetch.p0")
+    b.call(fn, [address, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
 
 def splat(b: ir.IRBuilder, vector: ir.VectorType, x: ir.Value) -> ir.Value:

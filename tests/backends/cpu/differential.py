@@ -37,3 +37,12 @@ def assert_cpu_matches_interpreter(text: str, rng, inputs=None, rtol: float = 1e
         else:
             np.testing.assert_array_equal(g, w)
     return got
+
+
+def emitted_by(monkeypatch, emitter) -> list[str]:
+    """The names of the convolutions a conv_tiles.EMITTERS class emits, as a list that fills
+    while compiling."""
+    seen = []
+    emit = emitter.emit
+    monkeypatch.setattr(emitter, "emit", lambda self, *args: seen.append(self.conv.name) or emit(self, *args))
+    return seen

@@ -10,17 +10,13 @@ import pytest
 from pyxla.backends.cpu import codegen, conv_planes
 from pyxla.backends.cpu.llvm_jit import host_jit
 
-from .differential import assert_cpu_matches_interpreter
+from .differential import assert_cpu_matches_interpreter, emitted_by
 from .test_parallel import pool  # noqa: F401  (fixture)
 
 
 def _routed(monkeypatch):
     """The convolutions emitted by conv_planes, as a list that fills while compiling."""
-    seen = []
-    emit = conv_planes.PlaneConvolution.emit
-    monkeypatch.setattr(conv_planes.PlaneConvolution, "emit",
-                        lambda self, *args: seen.append(self.conv.name) or emit(self, *args))
-    return seen
+    return emitted_by(monkeypatch, conv_planes.PlaneConvolution)
 
 
 def _module(t, x, w, out, labels, window="size=1x1", epilogue=False, groups=1, out_layout=""):

@@ -7,17 +7,13 @@ import pytest
 
 from pyxla.backends.cpu import conv_pointwise
 
-from .differential import assert_cpu_matches_interpreter
+from .differential import assert_cpu_matches_interpreter, emitted_by
 from .test_parallel import pool  # noqa: F401  (fixture)
 
 
 def _routed(monkeypatch):
     """The convolutions emitted by the GEMM route, as a list that fills while compiling."""
-    seen = []
-    emit = conv_pointwise.PointwiseGemm.emit
-    monkeypatch.setattr(conv_pointwise.PointwiseGemm, "emit",
-                        lambda self, *args: seen.append(self.conv.name) or emit(self, *args))
-    return seen
+    return emitted_by(monkeypatch, conv_pointwise.PointwiseGemm)
 
 
 def _module(t, x, w, out, labels, epilogue=False, window="size=1x1", out_layout=""):
