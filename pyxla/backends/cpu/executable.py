@@ -20,10 +20,10 @@ import numpy as np
 from ...hlo.evaluator import check_arguments, flatten_result
 from ...hlo.module import HloModule
 from ...hlo.shape import ArrayShape, TupleShape
+from ...runtime.memory import aligned_empty
 from .call_shim import entry_caller
 from .codegen import OutputSlot
 
-ARENA_ALIGNMENT = 64               # the buffer plan places values at multiples of this
 REUSED_OUTPUT_BYTES = 1 << 20      # outputs at least this big are reused once the caller drops them
 
 
@@ -117,8 +117,8 @@ class CpuExecutable:
             try:
                 arena = self._free_arenas.pop()
             except IndexError:
-                raw = np.empty(self.arena_size + ARENA_ALIGNMENT, np.uint8)
-                arena = (raw, raw.ctypes.data + (-raw.ctypes.data % ARENA_ALIGNMENT))
+                raw = aligned_empty(self.arena_size, np.uint8)
+                arena = (raw, raw.ctypes.data)
             self._call(physical, out_raw, arena[1])
             self._free_arenas.append(arena)
         else:

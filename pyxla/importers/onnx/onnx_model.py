@@ -35,6 +35,7 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
 from ...hlo.shape import ArrayShape
 from ...hlo.types import from_numpy_dtype
+from ...runtime.memory import aligned_copy
 from .importer import GraphImporter
 from .model_file import tensor_to_array
 from .registry import NeedsKnownValue, OnnxImportError
@@ -271,8 +272,9 @@ def _assemble(layout: Any, results: list[np.ndarray]) -> Any:
 
 def constants_to_parameters(module: HloModule, min_elements: int) -> list[np.ndarray]:
     """Turn the entry computation's constants of at least `min_elements` elements into
-    parameters after the existing ones; returns their values in parameter order. A literal
-    used by several constants becomes one parameter."""
+    parameters after the existing ones; returns their values in parameter order, each
+    64-byte aligned (runtime/memory.py). A literal used by several constants becomes one
+    parameter."""
     entry = module.entry
     first = len(entry.parameters)
     weights: list[np.ndarray] = []
@@ -285,7 +287,7 @@ def constants_to_parameters(module: HloModule, min_elements: int) -> list[np.nda
             param = HloInstruction(module.fresh_name("weight"), "parameter", instr.shape,
                                    parameter_number=first + len(weights))
             entry.add_instruction(param)
-            weights.append(np.ascontiguousarray(instr.literal, dtype=instr.shape.dtype.np_dtype))
+            weights.append(aligned_copy(instr.literal, instr.shape.dtype.np_dtype))
             by_literal[id(instr.literal)] = param
         entry.replace_instruction(instr, param)
     if weights:

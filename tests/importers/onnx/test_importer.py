@@ -13,6 +13,7 @@ import pyxla.onnx  # noqa: E402
 from pyxla.errors import ArgumentError  # noqa: E402
 from pyxla.importers.onnx import onnx_model  # noqa: E402
 from pyxla.importers.onnx.registry import OnnxImportError  # noqa: E402
+from pyxla.runtime import memory  # noqa: E402
 
 OPSET = 17
 
@@ -117,6 +118,8 @@ def test_large_weights_become_parameters_and_small_ones_constants(rng):
     constants = [i for i in sig.module.entry.instructions if i.opcode == "constant"]
     assert all(c.shape.size < onnx_model.PARAMETER_MIN_ELEMENTS for c in constants)
     assert any(c.shape.dims == (256,) for c in constants)      # the bias stays a constant
+    # weights start on a cache line: vector loads of them never span two
+    assert all(w.ctypes.data % memory.ALIGNMENT == 0 and w.flags.c_contiguous for w in sig.weights)
     # Gemm's transB is applied to the known weight once, at import: no transpose at run time
     assert "transpose(" not in model.hlo_text({"x": x}, optimized=True)
 
