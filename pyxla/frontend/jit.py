@@ -150,11 +150,15 @@ class Lowered:
     def as_text(self) -> str:
         return print_module(self.module)
 
-    def compile(self) -> Compiled:
+    def compile(self, constant_parameters: tuple[int, ...] = ()) -> Compiled:
+        """Compile the module. `constant_parameters`: entry parameters whose argument the
+        caller passes unchanged on every call (the backend may then take it in a form of its
+        own: `executable.prepare_argument`)."""
         start = time.perf_counter()
         compiled = compile_module(self.module.clone(), donated=self._jitted.donate_argnums)
         executable = get_backend(self._jitted.backend).compile(compiled.module, compiled=compiled,
-                                                               donated=self._jitted.donate_argnums)
+                                                               donated=self._jitted.donate_argnums,
+                                                               constant_parameters=constant_parameters)
         compiled.stage_seconds = {"trace": self.trace_seconds, **compiled.stage_seconds}
         if "compile" in os.environ.get("PYXLA_DEBUG", "").split(","):
             stages = "  ".join(f"{stage} {seconds * 1e3:.1f} ms" for stage, seconds in compiled.stage_seconds.items())

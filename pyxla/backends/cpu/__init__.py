@@ -20,6 +20,7 @@ from ...hlo.verifier import verify_module
 from . import bits, conv_depthwise, conv_planes, conv_pointwise, conv_tiles, convolution, indexing, rng, sorting, windows  # noqa: F401  (register their kernels and rules)
 from .codegen import ModuleCodegen
 from .executable import CpuExecutable
+from .parameter_forms import choose_parameter_forms
 from .llvm_jit import host_jit
 
 
@@ -29,15 +30,19 @@ _module_numbers = itertools.count()
 class CpuBackend:
     name = "cpu"
 
-    def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = ()):
+    def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
+                constant_parameters: tuple[int, ...] = ()):
         """Native code for `module`. `compiled` is the compiler driver's result when the caller
-        (jit) ran it already; otherwise this runs it on a copy of the module."""
+        (jit) ran it already; otherwise this runs it on a copy of the module. The caller passes
+        the same array for each of `constant_parameters` on every call, so the executable may
+        take them in a form of its own (parameter_forms.py)."""
         verify_module(module)
         if compiled is None:
             compiled = compile_module(module.clone(), donated=donated)
         module, buffers = compiled.module, compiled.buffers
         start = time.perf_counter()
-        codegen = ModuleCodegen(module, buffers)
+        forms = choose_parameter_forms(module, frozenset(constant_parameters))
+        codegen = ModuleCodegen(module, buffers, forms)
         codegen.entry_name = f"entry_{next(_module_numbers)}"   # unique among the process's JIT modules
         ir_text = codegen.emit()
         compiled.stage_seconds["LLVM IR emission"] = time.perf_counter() - start
@@ -55,7 +60,7 @@ class CpuBackend:
             (folder / "assembly.s").write_text(result.assembly or "")
         sizes = [b.size for b in codegen.output_buffers]
         executable = CpuExecutable(module, result.addresses[codegen.entry_name], codegen.outputs, sizes,
-                                   codegen.arena_size, jit)
+                                   codegen.arena_size, jit, forms)
         if profile:
             profile.attach(*(result.addresses[name] for name in symbols))
             executable.profile = profile

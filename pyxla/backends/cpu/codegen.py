@@ -124,8 +124,11 @@ class ModuleCodegen:
     after emit()."""
     entry_name = "entry"   # the native entry function's symbol; the backend makes it unique
 
-    def __init__(self, module: HloModule, buffers: BufferAssignment):
+    def __init__(self, module: HloModule, buffers: BufferAssignment, parameter_forms: dict | None = None):
         self.hlo = module
+        # entry parameter number -> the form its argument comes in, when not its layout's
+        # (parameter_forms.py)
+        self.parameter_forms = parameter_forms or {}
         self.entry_buffers = buffers
         self.buffers = buffers
         self.ir = ir.Module(name=module.name)

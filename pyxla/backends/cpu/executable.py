@@ -66,10 +66,20 @@ class ReusedBuffer:
         return fresh
 
 
+class FormedArgument:
+    """An argument already in the form its parameter takes (see prepare_argument)."""
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+
 class CpuExecutable:
     def __init__(self, module: HloModule, address: int, outputs: list[OutputSlot], output_sizes: list[int],
-                 arena_size: int, keepalive: Any):
+                 arena_size: int, keepalive: Any, parameter_forms: dict | None = None):
         self.module = module
+        # parameter number -> the form its argument is taken in (parameter_forms.py)
+        self.parameter_forms = parameter_forms or {}
         self._call = entry_caller(address)
         self.outputs = outputs
         self.output_sizes = output_sizes
@@ -79,7 +89,9 @@ class CpuExecutable:
         self._params = module.entry.parameters
         self._row_major = [isinstance(p.shape, ArrayShape) and
                            p.shape.minor_to_major == tuple(range(p.shape.rank - 1, -1, -1)) for p in self._params]
-        self.params_are_row_major = all(self._row_major)
+        self.params_are_row_major = all(self._row_major) and not self.parameter_forms
+        for number in self.parameter_forms:   # a formed argument is C-contiguous in its own order
+            self._row_major[number] = True
         # An output that is a whole row-major buffer is allocated as the array the caller gets.
         self._direct = [slot.kind == "buffer" and slot.offset == 0 and slot.shape.byte_size == output_sizes[slot.index]
                         and slot.shape.minor_to_major == tuple(range(slot.shape.rank - 1, -1, -1))
@@ -103,9 +115,21 @@ class CpuExecutable:
         """Check the arguments against the parameters, then run."""
         return self.run_unchecked(check_arguments(self.module.entry, args))
 
-    def run_unchecked(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def prepare_argument(self, number: int, array: np.ndarray) -> np.ndarray | FormedArgument:
+        """`array`, passed for parameter `number` on every call, as the executable takes it:
+        reordered once into the parameter's form when it has one (pass the result in place of
+        the array; an array as it is is reordered on each call)."""
+        form = self.parameter_forms.get(number)
+        return array if form is None else FormedArgument(form.pack(np.asarray(array)))
+
+    def run_unchecked(self, arrays: Sequence[np.ndarray | FormedArgument]) -> list[np.ndarray]:
         """Run on arrays already known to have the parameters' shapes and dtypes (jit's cache
         key guarantees it): the per-call path, kept short."""
+        if self.parameter_forms:
+            arrays = list(arrays)
+            for number, form in self.parameter_forms.items():
+                given = arrays[number]
+                arrays[number] = given.array if isinstance(given, FormedArgument) else form.pack(given)
         physical = tuple(a if (fast and a.flags.c_contiguous) else to_physical(a, p.shape)
                          for a, p, fast in zip(arrays, self._params, self._row_major))
         return self.run_physical(physical, arrays)

@@ -24,11 +24,16 @@ class InterpreterExecutable:
     def run_unchecked(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         return flatten_result(evaluate_computation(self.module.entry, list(arrays), EvalContext(self.module)))
 
+    def prepare_argument(self, number: int, array: np.ndarray) -> np.ndarray:
+        """Parameter `number`'s argument as the executable takes it: the evaluator takes any."""
+        return array
+
 
 class InterpreterBackend:
     name = "interpreter"
 
-    def compile(self, module: HloModule, *, compiled=None, donated: tuple[int, ...] = ()) -> InterpreterExecutable:
+    def compile(self, module: HloModule, *, compiled=None, donated: tuple[int, ...] = (),
+                constant_parameters: tuple[int, ...] = ()) -> InterpreterExecutable:
         """The evaluator over `module` as given (optimised or not: it runs any module)."""
         verify_module(module)
         return InterpreterExecutable(module)

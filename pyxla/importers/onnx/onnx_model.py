@@ -75,7 +75,9 @@ class CompiledSignature:
     # the arrays passed to the executable, in parameter order: (input name, element index
     # in a sequence input or None)
     traced_inputs: list[tuple[str, int | None]]
-    weights: list[np.ndarray]    # the parameters after them
+    # the parameters after them, as the executable takes them (a convolution kernel may be
+    # reordered once into the order its kernel reads it: CpuExecutable.prepare_argument)
+    weights: list[Any]
     # how to assemble each output (see _output_layout): from the executable's results and
     # values known at import
     outputs: dict[str, Any] = field(default_factory=dict)
@@ -224,8 +226,11 @@ class OnnxModel:
 
         graph_fn.__name__ = _identifier(self.proto.graph.name or "onnx_graph")
         lowered = jit(graph_fn, backend=self.backend).lower(*leaf_arrays)
+        first = len(lowered.module.entry.parameters)
         weights = constants_to_parameters(lowered.module, PARAMETER_MIN_ELEMENTS)
-        compiled = lowered.compile()          # compiles a copy: lowered.module stays as imported
+        # compiles a copy: lowered.module stays as imported
+        compiled = lowered.compile(constant_parameters=tuple(range(first, first + len(weights))))
+        weights = [compiled.executable.prepare_argument(first + i, w) for i, w in enumerate(weights)]
         return CompiledSignature(compiled.executable, lowered.module, compiled.module, leaf_names, weights, outputs,
                                  compiled.compile_seconds)
 

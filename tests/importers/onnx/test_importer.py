@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import pyxla.onnx  # noqa: E402
+from pyxla.backends.cpu.executable import FormedArgument  # noqa: E402
 from pyxla.errors import ArgumentError  # noqa: E402
 from pyxla.importers.onnx import onnx_model  # noqa: E402
 from pyxla.importers.onnx.registry import OnnxImportError  # noqa: E402
@@ -122,6 +123,25 @@ def test_large_weights_become_parameters_and_small_ones_constants(rng):
     assert all(w.ctypes.data % memory.ALIGNMENT == 0 and w.flags.c_contiguous for w in sig.weights)
     # Gemm's transB is applied to the known weight once, at import: no transpose at run time
     assert "transpose(" not in model.hlo_text({"x": x}, optimized=True)
+
+
+def test_convolution_weights_are_reordered_once(rng):
+    """A Conv's weights are a constant parameter: the executable takes them in the order its
+    kernel reads them, made once at compile time, and the model still gives the reference."""
+    w = rng.standard_normal((48, 16, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48, 12, 12])],
+                   [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    loaded = pyxla.onnx.load(model)
+    x = rng.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    sig = loaded.compile({"x": x})
+    assert list(sig.executable.parameter_forms) == [1]
+    assert isinstance(sig.weights[0], FormedArgument)
+    for _ in range(2):
+        _assert_matches_reference(model, loaded(x=x), {"x": x}, rtol=1e-4, atol=1e-4)
 
 
 def test_import_time_values_fold(rng):

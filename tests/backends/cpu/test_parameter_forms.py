@@ -1,0 +1,139 @@
+"""Parameters taken in a form of the executable's own (parameter_forms.py): which parameters
+get one, that a kernel in panel order gives the evaluator's answer whether the argument is
+prepared once or passed as it is, and that any other use keeps the layout's order."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyxla.backends import get_backend
+from pyxla.backends.cpu.conv_tiles import KernelPanels, TiledConvolution
+from pyxla.backends.cpu.executable import FormedArgument
+from pyxla.hlo import evaluate_module, flatten_result, parse_module
+from pyxla.runtime.memory import ALIGNMENT
+
+from .differential import emitted_by, random_inputs
+
+
+def _conv(x: str, w: str, out: str, window: str, labels: str, extra: str = "", root: str = "ROOT c = ",
+          t: str = "f32", tail: str = "") -> str:
+    return f"""HloModule m
+ENTRY e {{
+  x = {t}[{x}] parameter(0)
+  w = {t}[{w}] parameter(1)
+  {root}{t}[{out}] convolution(x, w), window={{{window}}}, dim_labels={labels}{extra}
+{tail}}}
+"""
+
+
+CASES = {
+    # NCHW with an HWIO kernel, 'same' padding: a ResNet 3x3
+    "nchw 3x3": _conv("1,64,14,14", "3,3,64,64", "1,64,14,14", "size=3x3 pad=1_1x1_1", "bf01_01io->bf01"),
+    # an OIHW kernel (ONNX's own order), strided
+    "oihw stride 2": _conv("2,16,15,15", "32,16,3,3", "2,32,7,7", "size=3x3 stride=2x2", "bf01_oi01->bf01"),
+    # 48 output features: the second panel zero-padded
+    "padded panel": _conv("1,8,9,9", "3,3,8,48", "1,48,9,9", "size=3x3 pad=1_1x1_1", "bf01_01io->bf01"),
+    # two groups of 24 output features
+    "groups": _conv("1,16,10,10", "3,3,8,48", "1,48,10,10", "size=3x3 pad=1_1x1_1", "bf01_01io->bf01",
+                    ", feature_group_count=2"),
+    # NHWC, dilated kernel, f64
+    "nhwc dilated f64": _conv("1,12,12,8", "3,3,8,40", "1,8,8,40", "size=3x3 rhs_dilate=2x2", "b01f_01io->b01f",
+                              t="f64"),
+    # a 1-d convolution
+    "1d": _conv("3,20,16", "5,16,36", "3,16,36", "size=5", "b0f_0io->b0f"),
+}
+
+
+def _tolerance(want: np.ndarray) -> dict:
+    """Sums of hundreds of products of inputs of scale 3: rounding relative to the largest."""
+    scale = float(np.abs(want).max())
+    return dict(rtol=1e-4, atol=1e-5 * scale) if want.dtype == np.float32 else dict(rtol=1e-10, atol=1e-12 * scale)
+
+
+def _compile(text: str, constant_parameters=(1,)):
+    return get_backend("cpu").compile(parse_module(text), constant_parameters=constant_parameters)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_constant_kernel_comes_in_panel_order(case, rng, monkeypatch):
+    text = CASES[case]
+    inputs = random_inputs(parse_module(text), rng)
+    want = flatten_result(evaluate_module(parse_module(text), inputs))[0]
+    tiles = emitted_by(monkeypatch, TiledConvolution)
+    executable = _compile(text)
+    assert tiles and isinstance(executable.parameter_forms.get(1), KernelPanels)
+    prepared = executable.prepare_argument(1, inputs[1])
+    assert isinstance(prepared, FormedArgument) and prepared.array.ctypes.data % ALIGNMENT == 0
+    tol = _tolerance(want)
+    # prepared once and passed on every call ...
+    for _ in range(2):
+        got = executable.run_unchecked([inputs[0], prepared])[0]
+        np.testing.assert_allclose(got, want, **tol)
+    # ... or passed as it is, reordered on the call
+    np.testing.assert_allclose(executable.run_unchecked(inputs)[0], want, **tol)
+    np.testing.assert_allclose(executable.run_flat(inputs)[0], want, **tol)
+
+
+def test_panel_order_is_what_the_form_says(rng):
+    """KernelPanels.pack: element (panel q, offsets, i, lane) is the kernel's (offsets, i,
+    output feature q * panel + lane), zero past a group's features."""
+    form = KernelPanels(output_dim=0, input_dim=1, spatial_dims=(2, 3), groups=2, group_columns=32, panel_columns=16)
+    kernel = rng.standard_normal((2 * 20, 3, 2, 5))     # OIHW: 2 groups of 20 output features
+    packed = form.pack(kernel)
+    assert packed.shape == (4, 2, 5, 3, 16)
+    for q in range(4):
+        group, first = divmod(q * 16, 32)
+        for lane in range(16):
+            feature = first + lane
+            if feature < 20:
+                np.testing.assert_array_equal(packed[q, :, :, :, lane], kernel[group * 20 + feature].transpose(1, 2, 0))
+            else:
+                assert not packed[q, :, :, :, lane].any()
+
+
+def test_forms_only_for_constant_parameters():
+    assert _compile(CASES["nchw 3x3"], constant_parameters=()).parameter_forms == {}
+    assert _compile(CASES["nchw 3x3"], constant_parameters=(0,)).parameter_forms == {}   # the input
+
+
+@pytest.mark.parametrize("tail", [
+    "  ROOT t = (f32[1,64,14,14], f32[3,3,64,64]) tuple(c, w)\n",                  # also an output
+    "  n = f32[3,3,64,64] negate(w)\n  ROOT t = (f32[1,64,14,14], f32[3,3,64,64]) tuple(c, n)\n",  # read elementwise
+])
+def test_a_kernel_with_other_uses_keeps_its_layout(tail, rng):
+    text = _conv("1,64,14,14", "3,3,64,64", "1,64,14,14", "size=3x3 pad=1_1x1_1", "bf01_01io->bf01",
+                 root="c = ", tail=tail)
+    inputs = random_inputs(parse_module(text), rng)
+    executable = _compile(text)
+    assert executable.parameter_forms == {}
+    assert executable.prepare_argument(1, inputs[1]) is inputs[1]
+    want = flatten_result(evaluate_module(parse_module(text), inputs))
+    for g, w in zip(executable.run_unchecked([inputs[0], executable.prepare_argument(1, inputs[1])]), want):
+        np.testing.assert_allclose(g, w, **_tolerance(w))
+
+
+def test_kernels_of_other_emitters_keep_their_layout():
+    """A 1x1 convolution over NCHW runs by conv_planes.py, which reads the kernel where it is;
+    a reversed window is packed per call by the tiles."""
+    pointwise = _conv("1,64,14,14", "1,1,64,64", "1,64,14,14", "size=1x1", "bf01_01io->bf01")
+    assert _compile(pointwise).parameter_forms == {}
+    reversed_ = _conv("1,16,9,9", "3,3,16,32", "1,32,7,7", "size=3x3 rhs_reversal=1x1", "bf01_01io->bf01")
+    assert _compile(reversed_).parameter_forms == {}
+
+
+def test_two_convolutions_sharing_a_kernel(rng):
+    text = """HloModule m
+ENTRY e {
+  x = f32[1,32,8,8] parameter(0)
+  w = f32[3,3,32,32] parameter(1)
+  c = f32[1,32,8,8] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
+  r = f32[1,32,8,8] maximum(c, c)
+  ROOT d = f32[1,32,8,8] convolution(r, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
+}
+"""
+    inputs = random_inputs(parse_module(text), rng)
+    executable = _compile(text)
+    assert isinstance(executable.parameter_forms.get(1), KernelPanels)
+    want = flatten_result(evaluate_module(parse_module(text), inputs))[0]
+    got = executable.run_unchecked([inputs[0], executable.prepare_argument(1, inputs[1])])[0]
+    np.testing.assert_allclose(got, want, **_tolerance(want))
