@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from math import ceil, prod
 
 import llvmlite.ir as ir
+import numpy as np
 
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
@@ -55,6 +56,7 @@ from .llvm_jit import host_jit
 from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
 from .windows import window_source
+from ...runtime.memory import aligned_copy
 
 # (features, vectors) of a tile by the host's vector width: 4 x 3 accumulators of AVX2's 16
 # registers, 8 x 3 of AVX-512's 32 (with a register per loaded vector and one broadcast);
@@ -156,6 +158,34 @@ def plan(g: ConvGeometry, depth: int, threads: int, element_bytes: int) -> Plane
                      ceil(feature_tiles / feature_blocks), ceil(position_tiles / position_blocks), chunk)
 
 
+@dataclass(frozen=True)
+class WeightTiles:
+    """How the tiles want a kernel that can be reordered once (a constant parameter, see
+    parameter_forms.py): [group][feature tile of the group][row][the tile's output
+    features], a row per plane the tiles read (an input feature, or an input feature under
+    one window offset in the order of the kernel's `row_dims`), each group's features
+    zero-padded to whole tiles. A tile's weights are then one sequential stream, where in
+    HWIO the weights of consecutive planes lie a row of output features apart. `pack` takes
+    the kernel in logical dimension order."""
+    output_dim: int
+    row_dims: tuple[int, ...]
+    groups: int
+    features: int              # per tile
+
+    def pack(self, kernel: np.ndarray) -> np.ndarray:
+        rows = np.transpose(kernel, (*self.row_dims, self.output_dim))
+        rows = rows.reshape(-1, self.groups, rows.shape[-1] // self.groups)
+        tiles = ceil(rows.shape[-1] / self.features)
+        rows = np.pad(rows, [(0, 0), (0, 0), (0, tiles * self.features - rows.shape[-1])])
+        return aligned_copy(rows.reshape(rows.shape[0], self.groups, tiles, self.features).transpose(1, 2, 0, 3))
+
+
+def _row_dims(kernel: ArrayShape, output_dim: int) -> tuple[int, ...]:
+    """The kernel's dimensions other than the output features, major to minor: the order of
+    the rows the window copy makes (_copy_windows)."""
+    return tuple(d for d in reversed(kernel.minor_to_major) if d != output_dim)
+
+
 class PlaneConvolution(ConvolutionEmitter):
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
@@ -164,11 +194,21 @@ class PlaneConvolution(ConvolutionEmitter):
         self.depth = g.input_features * (prod(w.size for w in g.window) if self.patched else 1)
         self.p = plan(g, self.depth, self.threads, self.t.bytes)
         # the weights of plane c: w_c apart along the planes, w_o along the output features
+        self.tiled_weights = isinstance(self.formed_kernel, WeightTiles)
         strides = _strides(self.rhs_shape)
-        self.w_o = strides[g.dn.kernel_output_feature]
-        self.w_c = min(s for d, s in enumerate(strides) if d != g.dn.kernel_output_feature) if self.patched \
+        self.w_o = 1 if self.tiled_weights else strides[g.dn.kernel_output_feature]
+        self.w_c = self.p.features if self.tiled_weights else \
+            min(s for d, s in enumerate(strides) if d != g.dn.kernel_output_feature) if self.patched \
             else strides[g.dn.kernel_input_feature]
         self.vector = ir.VectorType(self.st, self.p.lanes)
+
+    @staticmethod
+    def kernel_form(conv: HloInstruction) -> WeightTiles:
+        g = ConvGeometry.of(conv)
+        depth = g.input_features * (1 if pointwise(g) else prod(w.size for w in g.window))
+        features = plan(g, depth, 1, etype(conv).bytes).features
+        output = g.dn.kernel_output_feature
+        return WeightTiles(output, _row_dims(conv.operands[1].shape, output), g.groups, features)
 
     def emit(self, out_ptr: ir.Value, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:
         ke, g, p = self.ke, self.g, self.p
@@ -208,7 +248,7 @@ class PlaneConvolution(ConvolutionEmitter):
         ke, b, g = self.ke, self.b, self.g
         dn = g.dn
         kernel = self.rhs_shape
-        row_dims = [d for d in reversed(kernel.minor_to_major) if d != dn.kernel_output_feature]
+        row_dims = _row_dims(kernel, dn.kernel_output_feature)
         extents = [g.batch, *(kernel.dims[d] for d in row_dims), *g.output_spatial]
         staged = ArrayShape(self.lhs_shape.dtype, tuple(extents))
         ptr = ke.reserve_scratch(staged.size * self.t.bytes)
@@ -309,7 +349,7 @@ class PlaneConvolution(ConvolutionEmitter):
         last_positions = p.positions - (p.position_tiles - 1) * p.tile_positions
 
         def emit(features, positions):
-            self._sums(image, group, first_feature, features, first_position, positions, out_ptr, chunk)
+            self._sums(image, f, group, first_feature, features, first_position, positions, out_ptr, chunk)
 
         def by_positions(features):
             if last_positions == p.tile_positions:
@@ -328,11 +368,11 @@ class PlaneConvolution(ConvolutionEmitter):
             with last:
                 by_positions(last_features)
 
-    def _sums(self, image, group, first_feature, features: int, first_position, positions: int, out_ptr,
+    def _sums(self, image, f, group, first_feature, features: int, first_position, positions: int, out_ptr,
               chunk) -> None:
-        """`features` output features from first_feature by `positions` positions from
-        first_position: the sums over depth chunk `chunk` of the group's input features,
-        added to the output (stored there for the first chunk)."""
+        """`features` output features from first_feature (of feature tile f) by `positions`
+        positions from first_position: the sums over depth chunk `chunk` of the group's input
+        features, added to the output (stored there for the first chunk)."""
         b, g, p = self.b, self.g, self.p
         w_c, w_o = self.w_c, self.w_o
         plane = i64(p.positions)
@@ -340,8 +380,8 @@ class PlaneConvolution(ConvolutionEmitter):
         first_plane = b.add(b.add(b.mul(image, i64(g.groups * self.depth)), b.mul(group, i64(self.depth))),
                             first_input)
         x = b.gep(self.lhs_ptr, [b.add(b.mul(first_plane, plane), first_position)], source_etype=self.st)
-        w = b.gep(self.rhs_ptr, [b.add(b.mul(first_input, i64(w_c)), b.mul(first_feature, i64(w_o)))],
-                  source_etype=self.st)
+        first_weight = b.mul(f, i64(self.depth * p.features)) if self.tiled_weights else b.mul(first_feature, i64(w_o))
+        w = b.gep(self.rhs_ptr, [b.add(b.mul(first_input, i64(w_c)), first_weight)], source_etype=self.st)
         out_first = b.add(b.mul(b.add(b.mul(image, i64(g.groups * g.group_features)), first_feature), plane),
                           first_position)
         out = b.gep(out_ptr, [out_first], source_etype=self.st)

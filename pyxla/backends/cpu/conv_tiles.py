@@ -276,18 +276,12 @@ class KernelPanels:
         return aligned_copy(np.moveaxis(k, -2, 0))
 
 
-def kernel_panels(conv: HloInstruction) -> KernelPanels | None:
-    """The panel order `conv`'s kernel would be read in, when the tiles are its emitter
-    (the first of EMITTERS that fits) and its window is not reversed; else None."""
-    if next((emitter for accepts, emitter in EMITTERS if accepts(conv)), None) is not TiledConvolution:
-        return None
-    g = ConvGeometry.of(conv)
-    if any(w.reversal for w in g.window):
-        return None
-    _, _, panel = _panels(g, etype(conv))
-    dn = g.dn
-    return KernelPanels(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), g.groups,
-                        ceil(g.group_features / panel) * panel, panel)
+def kernel_form(conv: HloInstruction):
+    """The form `conv`'s emitter (the first of EMITTERS that fits) wants its kernel in when
+    the kernel is a constant parameter (parameter_forms.py), or None."""
+    emitter = next((emitter for accepts, emitter in EMITTERS if accepts(conv)), None)
+    form = getattr(emitter, "kernel_form", None)   # (an emitter that reads its kernel in place has none)
+    return form(conv) if form is not None else None
 
 
 # --- the kernels --------------------------------------------------------------------------------
@@ -325,7 +319,9 @@ def _emitter(ke, conv: HloInstruction):
 
 class ConvolutionEmitter:
     """What a convolution emitter (EMITTERS) starts from: the kernel emitter, the convolution,
-    its element type, its operands' buffers and the worker pool (None: one thread)."""
+    its element type, its operands' buffers, the form its kernel comes in when that is not
+    its layout's (`kernel_form`, see parameter_forms.py) and the worker pool (None: one
+    thread)."""
 
     def __init__(self, ke, conv: HloInstruction):
         self.ke, self.b, self.conv = ke, ke.b, conv
@@ -333,7 +329,17 @@ class ConvolutionEmitter:
         self.st = storage_type(self.t)
         self.lhs_ptr, self.lhs_shape = _operand(ke, conv.operands[0])
         self.rhs_ptr, self.rhs_shape = _operand(ke, conv.operands[1])
+        kernel = _outer(ke, conv.operands[1])
+        entry = ke.codegen.hlo.entry
+        self.formed_kernel = ke.codegen.parameter_forms.get(kernel.parameter_number) \
+            if kernel.opcode == "parameter" and entry.parameters[kernel.parameter_number] is kernel else None
         self.pool = worker_pool()
+
+    @staticmethod
+    def kernel_form(conv: HloInstruction):
+        """The form this emitter would read `conv`'s kernel in when it is a constant
+        parameter; None: where its layout puts it."""
+        return None
 
     @property
     def threads(self) -> int:
@@ -343,13 +349,21 @@ class ConvolutionEmitter:
 class TiledConvolution(ConvolutionEmitter):
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
-        kernel = _outer(ke, conv.operands[1])
-        ordered = kernel.opcode == "parameter" and \
-            isinstance(ke.codegen.parameter_forms.get(kernel.parameter_number), KernelPanels) and \
-            ke.codegen.hlo.entry.parameters[kernel.parameter_number] is kernel
-        self.p = plan(conv, self.lhs_shape, self.rhs_shape, self.threads, panel_ordered=ordered)
+        self.p = plan(conv, self.lhs_shape, self.rhs_shape, self.threads,
+                      panel_ordered=isinstance(self.formed_kernel, KernelPanels))
         self.g = self.p.g
         self.vector = ir.VectorType(self.st, self.p.lanes)
+
+    @staticmethod
+    def kernel_form(conv: HloInstruction) -> KernelPanels | None:
+        """Panel order (KernelPanels), unless the window is reversed."""
+        g = ConvGeometry.of(conv)
+        if any(w.reversal for w in g.window):
+            return None
+        _, _, panel = _panels(g, etype(conv))
+        dn = g.dn
+        return KernelPanels(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), g.groups,
+                            ceil(g.group_features / panel) * panel, panel)
 
     # --- the whole kernel ---------------------------------------------------------------------------
     def emit(self, out_ptr: ir.Value, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:

@@ -12,13 +12,14 @@ wants the same one; any other use (an output, a slice, a dot) keeps the layout's
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
-from .conv_tiles import KernelPanels, kernel_panels
+from .conv_tiles import kernel_form
 
 
-def choose_parameter_forms(module: HloModule, constant_parameters: tuple[int, ...] | frozenset[int]) -> dict[int, KernelPanels]:
+def choose_parameter_forms(module: HloModule, constant_parameters: tuple[int, ...] | frozenset[int]) -> dict[int, Any]:
     """{parameter number: form} for the entry parameters among `constant_parameters` whose
     every use wants one and the same form."""
     entry = module.entry
@@ -27,7 +28,7 @@ def choose_parameter_forms(module: HloModule, constant_parameters: tuple[int, ..
         for index, operand in enumerate(instr.operands):
             if operand.opcode == "parameter":
                 uses[id(operand)].append((instr, index))
-    forms: dict[int, KernelPanels] = {}
+    forms: dict[int, Any] = {}
     for param in entry.parameters:
         if param.parameter_number not in constant_parameters or not uses[id(param)] or param is entry.root:
             continue
@@ -37,9 +38,10 @@ def choose_parameter_forms(module: HloModule, constant_parameters: tuple[int, ..
     return forms
 
 
-def _wanted_form(user: HloInstruction, index: int) -> KernelPanels | None:
+def _wanted_form(user: HloInstruction, index: int) -> Any:
     """The form `user` wants its operand `index` in: a convolution's kernel (alone, or the
-    one use of a fusion's parameter) read by the tiles; else None."""
+    one use of a fusion's parameter) as its emitter wants it (conv_tiles.kernel_form); else
+    None."""
     conv = user
     if user.opcode == "fusion":
         param = user.attrs["calls"].parameters[index]
@@ -49,4 +51,4 @@ def _wanted_form(user: HloInstruction, index: int) -> KernelPanels | None:
         conv, index = inner[0]
     if conv.opcode != "convolution" or index != 1:
         return None
-    return kernel_panels(conv)
+    return kernel_form(conv)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
+from pyxla.backends.cpu.conv_planes import PlaneConvolution, WeightTiles
 from pyxla.backends.cpu.conv_tiles import KernelPanels, TiledConvolution
 from pyxla.backends.cpu.executable import FormedArgument
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
@@ -43,6 +44,17 @@ CASES = {
     "1d": _conv("3,20,16", "5,16,36", "3,16,36", "size=5", "b0f_0io->b0f"),
 }
 
+# convolutions conv_planes.py runs: NCHW 1x1, and small stems over a copy of their windows
+PLANE_CASES = {
+    "1x1": _conv("2,64,14,14", "1,1,64,80", "2,80,14,14", "size=1x1", "bf01_01io->bf01"),
+    "1x1 oihw 7x7": _conv("1,96,7,7", "50,96,1,1", "1,50,7,7", "size=1x1", "bf01_oi01->bf01"),
+    "1x1 groups": _conv("1,48,10,10", "1,1,16,60", "1,60,10,10", "size=1x1", "bf01_01io->bf01",
+                        ", feature_group_count=3"),
+    "1x1 stride 2": _conv("1,32,15,15", "1,1,32,64", "1,64,8,8", "size=1x1 stride=2x2", "bf01_01io->bf01"),
+    "stem": _conv("1,3,33,33", "3,3,3,24", "1,24,16,16", "size=3x3 stride=2x2 pad=0_1x0_1", "bf01_01io->bf01"),
+    "stem oihw": _conv("2,3,20,20", "16,3,3,3", "2,16,20,20", "size=3x3 pad=1_1x1_1", "bf01_oi01->bf01"),
+}
+
 
 def _tolerance(want: np.ndarray) -> dict:
     """Sums of hundreds of products of inputs of scale 3: rounding relative to the largest."""
@@ -54,14 +66,15 @@ def _compile(text: str, constant_parameters=(1,)):
     return get_backend("cpu").compile(parse_module(text), constant_parameters=constant_parameters)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_a_constant_kernel_comes_in_panel_order(case, rng, monkeypatch):
-    text = CASES[case]
+@pytest.mark.parametrize("case", [*CASES, *PLANE_CASES])
+def test_a_constant_kernel_comes_in_the_order_its_kernel_reads(case, rng, monkeypatch):
+    text = CASES.get(case) or PLANE_CASES[case]
+    emitter, form = (TiledConvolution, KernelPanels) if case in CASES else (PlaneConvolution, WeightTiles)
     inputs = random_inputs(parse_module(text), rng)
     want = flatten_result(evaluate_module(parse_module(text), inputs))[0]
-    tiles = emitted_by(monkeypatch, TiledConvolution)
+    emitted = emitted_by(monkeypatch, emitter)
     executable = _compile(text)
-    assert tiles and isinstance(executable.parameter_forms.get(1), KernelPanels)
+    assert emitted and isinstance(executable.parameter_forms.get(1), form)
     prepared = executable.prepare_argument(1, inputs[1])
     assert isinstance(prepared, FormedArgument) and prepared.array.ctypes.data % ALIGNMENT == 0
     tol = _tolerance(want)
@@ -72,6 +85,23 @@ def test_a_constant_kernel_comes_in_panel_order(case, rng, monkeypatch):
     # ... or passed as it is, reordered on the call
     np.testing.assert_allclose(executable.run_unchecked(inputs)[0], want, **tol)
     np.testing.assert_allclose(executable.run_flat(inputs)[0], want, **tol)
+
+
+def test_weight_tiles_are_what_the_form_says(rng):
+    """WeightTiles.pack: element (group, tile t, row c, lane) is the kernel's (c, output
+    feature group * 20 + t * 8 + lane), zero past a group's features."""
+    form = WeightTiles(output_dim=3, row_dims=(0, 1, 2), groups=2, features=8)
+    kernel = rng.standard_normal((1, 1, 12, 40))     # HWIO: 2 groups of 20 output features
+    packed = form.pack(kernel)
+    assert packed.shape == (2, 3, 12, 8)
+    for group in range(2):
+        for t in range(3):
+            for lane in range(8):
+                feature = t * 8 + lane
+                if feature < 20:
+                    np.testing.assert_array_equal(packed[group, t, :, lane], kernel[0, 0, :, group * 20 + feature])
+                else:
+                    assert not packed[group, t, :, lane].any()
 
 
 def test_panel_order_is_what_the_form_says(rng):
@@ -112,13 +142,13 @@ def test_a_kernel_with_other_uses_keeps_its_layout(tail, rng):
         np.testing.assert_allclose(g, w, **_tolerance(w))
 
 
-def test_kernels_of_other_emitters_keep_their_layout():
-    """A 1x1 convolution over NCHW runs by conv_planes.py, which reads the kernel where it is;
-    a reversed window is packed per call by the tiles."""
-    pointwise = _conv("1,64,14,14", "1,1,64,64", "1,64,14,14", "size=1x1", "bf01_01io->bf01")
-    assert _compile(pointwise).parameter_forms == {}
+def test_kernels_read_where_they_are():
+    """A reversed window is packed per call by the tiles; a 1x1 convolution over a 1x1 map is
+    a matrix-vector product (conv_pointwise.py), which reads the kernel where it is."""
     reversed_ = _conv("1,16,9,9", "3,3,16,32", "1,32,7,7", "size=3x3 rhs_reversal=1x1", "bf01_01io->bf01")
     assert _compile(reversed_).parameter_forms == {}
+    classifier = _conv("1,256,1,1", "1,1,256,100", "1,100,1,1", "size=1x1", "bf01_01io->bf01")
+    assert _compile(classifier).parameter_forms == {}
 
 
 def test_two_convolutions_sharing_a_kernel(rng):
