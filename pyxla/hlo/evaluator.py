@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import ArgumentError, EvaluationError, PyxlaError
 from .computation import HloComputation
+from .instruction import HloInstruction
 from .module import HloModule
 from .ops import op_def
 from .shape import ArrayShape, Shape, TupleShape
@@ -67,6 +68,11 @@ def check_arguments(comp: HloComputation, args: Sequence[Any]) -> list[Any]:
         raise ArgumentError(f"{comp.name} takes {len(params)} arguments "
                             f"({', '.join(p.name for p in params)}), got {len(args)}")
     return [_check_value(p.name, p.shape, a) for p, a in zip(params, args)]
+
+
+def check_argument(param: HloInstruction, value: Any) -> Any:
+    """One argument as parameter `param`'s storage array; a mismatch names the parameter."""
+    return _check_value(param.name, param.shape, value)
 
 
 def _check_value(name: str, shape: Shape, value: Any) -> Any:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...hlo.evaluator import check_arguments, flatten_result
+from ...hlo.evaluator import check_argument, check_arguments, flatten_result
 from ...hlo.module import HloModule
 from ...hlo.shape import ArrayShape, TupleShape
 from ...runtime.memory import aligned_empty
@@ -120,7 +120,7 @@ class CpuExecutable:
         reordered once into the parameter's form when it has one (pass the result in place of
         the array; an array as it is is reordered on each call)."""
         form = self.parameter_forms.get(number)
-        return array if form is None else FormedArgument(form.pack(np.asarray(array)))
+        return array if form is None else FormedArgument(form.pack(check_argument(self._params[number], array)))
 
     def run_unchecked(self, arrays: Sequence[np.ndarray | FormedArgument]) -> list[np.ndarray]:
         """Run on arrays already known to have the parameters' shapes and dtypes (jit's cache

@@ -10,6 +10,7 @@ from pyxla.backends import get_backend
 from pyxla.backends.cpu.conv_planes import PlaneConvolution, WeightTiles
 from pyxla.backends.cpu.conv_tiles import KernelPanels, TiledConvolution
 from pyxla.backends.cpu.executable import FormedArgument
+from pyxla.errors import ArgumentError
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 from pyxla.runtime.memory import ALIGNMENT
 
@@ -119,6 +120,18 @@ def test_panel_order_is_what_the_form_says(rng):
                 np.testing.assert_array_equal(packed[q, :, :, :, lane], kernel[group * 20 + feature].transpose(1, 2, 0))
             else:
                 assert not packed[q, :, :, :, lane].any()
+
+
+def test_a_wrong_argument_is_refused_by_name(rng):
+    executable = _compile(CASES["nchw 3x3"])
+    with pytest.raises(ArgumentError, match="parameter w: expected shape"):
+        executable.prepare_argument(1, rng.standard_normal((3, 3, 64, 32)).astype(np.float32))
+    with pytest.raises(ArgumentError, match="parameter w: expected element type"):
+        executable.prepare_argument(1, rng.integers(0, 2, (3, 3, 64, 64)).astype(bool))
+    # an f64 array of f32 values is converted, as a call converts it
+    kernel = rng.standard_normal((3, 3, 64, 64)).astype(np.float32)
+    prepared = executable.prepare_argument(1, kernel.astype(np.float64))
+    assert prepared.array.dtype == np.float32
 
 
 def test_forms_only_for_constant_parameters():
