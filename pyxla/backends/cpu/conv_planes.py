@@ -47,9 +47,9 @@ import numpy as np
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_pointwise import features_first, pointwise, row_major_float, subsampled_input
+from .conv_pointwise import pointwise, row_major_float, subsampled_input
 from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides
-from .convolution import ConvGeometry
+from .convolution import ConvGeometry, features_first
 from .elemental import alloca_in_entry, etype, linear_index
 from .ir_types import I1, I64, PTR, fma_intrinsic, i64, prefetch, smin, splat
 from .llvm_jit import host_jit

@@ -22,23 +22,12 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .conv_tiles import EMITTERS, _operand
-from .convolution import ConvGeometry
+from .convolution import ConvGeometry, features_first
 from .dot_tasks import emit_dot_tasks
 from .elemental import delinearize, etype
 from .gemv_kernel import emit_gemv
 from .ir_types import i64
 from .parallel import worker_pool
-
-
-def features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple) -> bool | None:
-    """True when the dimensions but the batch are (feature, spatial...), False when
-    (spatial..., feature), None otherwise."""
-    rest = [d for d in range(shape.rank) if d != batch]
-    if rest == [feature, *spatial]:
-        return True
-    if rest == [*spatial, feature]:
-        return False
-    return None
 
 
 def row_major_float(conv: HloInstruction) -> bool:

@@ -128,3 +128,22 @@ def splat(b: ir.IRBuilder, vector: ir.VectorType, x: ir.Value) -> ir.Value:
     """A vector with every lane x."""
     one = b.insert_element(ir.Constant(vector, ir.Undefined), x, ir.Constant(I32, 0))
     return b.shuffle_vector(one, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(I32, vector.count), None))
+
+
+def transpose_square(b: ir.IRBuilder, rows: list) -> list:
+    """The transpose of an n x n block held as n vectors of n lanes (n a power of two):
+    vector j of the result holds lane j of every row. log2(n) stages of two-input shuffles,
+    stage k swapping bit k of the row and column numbers (64 shuffles for 16 x 16, where
+    element-wise gathers cost a load each)."""
+    n = len(rows)
+    rows = list(rows)
+    bit = 1
+    while bit < n:
+        out = [None] * n
+        for r in range(n):
+            low, high = rows[r & ~bit], rows[r | bit]
+            # element c of row r: from the row whose bit is c's, at column c with bit r's
+            mask = [(n if c & bit else 0) + ((c & ~bit) | (r & bit)) for c in range(n)]
+            out[r] = b.shuffle_vector(low, high, ir.Constant(ir.VectorType(I32, n), mask))
+        rows, bit = out, bit * 2
+    return rows

@@ -354,6 +354,32 @@ def test_convolution_tiles_of_each_vector_width(case, vector_bytes, sliced, rng,
                                    rtol=1e-5, atol=1e-3)   # sums of up to 216 products of size ~1, results to ~300
 
 
+NCHW_STAGED = [
+    # (batch, features, spatial, out features, window, fgc): NCHW images staged by square
+    # blocks, the last block of the features and of each row overlapping the one before
+    (2, 20, (9, 21), 24, "size=3x3 pad=1_2x2_1", 1),
+    (1, 32, (17, 16), 48, "size=3x3 stride=2x2 pad=1_1x1_1", 2),
+    (1, 16, (5, 33), 32, "size=2x5 pad=0_0x2_2", 1),
+]
+
+
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+@pytest.mark.parametrize("case", NCHW_STAGED, ids=["overlaps", "groups-stride", "unpadded-rows"])
+def test_nchw_input_staged_by_blocks(case, vector_bytes, rng, monkeypatch):
+    monkeypatch.setattr(host_jit(), "vector_bytes", vector_bytes)
+    staged = []
+    by_blocks = conv_tiles.TiledConvolution._stage_by_blocks
+    monkeypatch.setattr(conv_tiles.TiledConvolution, "_stage_by_blocks",
+                        lambda self, ptr: staged.append(self.conv.name) or by_blocks(self, ptr))
+    batch, features, spatial, out_features, window, fgc = case
+    labels = "bf01_01io->bf01"
+    lhs, rhs, out = conv_shapes(labels, batch, features, spatial, out_features, window, fgc)
+    extra = f", feature_group_count={fgc}" if fgc > 1 else ""
+    assert_cpu_matches_interpreter(conv_module("f32", lhs, rhs, out, window, labels, extra), rng,
+                                   rtol=1e-5, atol=1e-3)
+    assert staged == ["c"]
+
+
 @pytest.mark.parametrize("case", [CONVS[2], CONVS[6], CONVS[8]], ids=["plain", "groups", "batch_groups"])
 def test_convolution_integers_and_bf16_use_loops(case, rng):
     labels, batch, features, spatial, out_features, window, fgc, bgc = case
