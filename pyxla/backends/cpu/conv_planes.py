@@ -46,6 +46,7 @@ import numpy as np
 
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
+from ...runtime.memory import aligned_copy
 from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .conv_pointwise import pointwise, row_major_float, subsampled_input
 from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides
@@ -56,7 +57,6 @@ from .llvm_jit import host_jit
 from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
 from .windows import window_source
-from ...runtime.memory import aligned_copy
 
 # (features, vectors) of a tile by the host's vector width: 4 x 3 accumulators of AVX2's 16
 # registers, 8 x 3 of AVX-512's 32 (with a register per loaded vector and one broadcast);

@@ -29,7 +29,8 @@ zero padded]. A kernel that is an entry parameter with a fixed value (an ONNX mo
 weights, see parameter_forms.py) comes in panel order instead, made once when the weights
 are bound (KernelPanels): panel by panel, each panel's rows one after another, so the
 rows a tile reads are one sequential stream that stays whole in L1 (rows a row of output
-features apart map to few of its sets), and a deep kernel needs no slicing of its depth.
+features apart map to few of its sets), and a deep kernel's slices of its depth can be
+twice as long (PANEL_SLICE_BYTES).
 
 Threads. The positions x panels matrix is cut into blocks, one task each (parallel.py); a
 task computes its block tile by tile into a buffer on its stack, panel by panel (so the
@@ -51,6 +52,7 @@ from ...fusion.buffer_assignment import read_elementwise
 from ...hlo.attributes import WindowDim
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
+from ...runtime.memory import aligned_copy
 from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .convolution import ConvGeometry, features_first
 from .elemental import alloca_in_entry, delinearize, etype, linear_index
@@ -60,7 +62,6 @@ from .loops import for_range
 from .parallel import emit_parallel_tasks, worker_pool
 from .sorting import counted_loop, kernel_root
 from .windows import window_source
-from ...runtime.memory import aligned_copy
 
 # Positions of a tile by the host's vector width (llvm_jit.LlvmJit.vector_bytes): positions x
 # TILE_VECTORS accumulators, 12 of AVX2's 16 registers, 16 of AVX-512's 32. AVX-512's wider
@@ -390,7 +391,7 @@ class TiledConvolution(ConvolutionEmitter):
         """Copy the input into scratch as it is read: features minor-most (after batch and the
         spatial dims in dim_labels order, NHWC for NCHW), padding and base-dilation holes
         written as zeros, negative padding cropped."""
-        ke, b, g, p = self.ke, self.b, self.g, self.p
+        ke, g, p = self.ke, self.g, self.p
         shape = self.lhs_shape
         dn = g.dn
         dims = list(shape.dims)
@@ -417,11 +418,11 @@ class TiledConvolution(ConvolutionEmitter):
     def _stage_by_blocks(self, ptr) -> None:
         """NCHW into NHWC with its padding, by blocks of a vector's worth of features by as
         many columns: each block read as rows of contiguous columns, transposed in registers
-        and written as rows of contiguous features (element by element, the copy gathered
-        each feature from its own plane: 3x3 64 -> 64 at 224x224, a quarter of the
-        convolution's time went to staging and writing back). The last block of a row or
-        of the features overlaps the one before rather than running short; the padding is
-        zeroed around the copy."""
+        and written as rows of contiguous features, where the copy element by element
+        gathers each feature from its own plane (the convolutions 1-3% faster: 3x3 256 -> 256
+        at 56x56 10.06 -> 9.79 ms; the copy is then as fast as memory). The last block of a
+        row or of the features overlaps the one before rather than running short; the
+        padding is zeroed around the copy."""
         ke, b, g, p = self.ke, self.b, self.g, self.p
         n = p.lanes
         vector = self.vector
@@ -429,7 +430,6 @@ class TiledConvolution(ConvolutionEmitter):
         (height, width), (rows, columns) = g.input_spatial, p.input_spatial
         top, left = g.window[0].pad_low, g.window[1].pad_low
         source = self.lhs_ptr
-        zero = ir.Constant(vector, None)
         row_elements = columns * features
 
         def at(*offsets):
@@ -729,7 +729,9 @@ class TiledConvolution(ConvolutionEmitter):
         of LLVM's time on the CNN block, and runs as fast). Positions per feature go row by
         row of the output, the column the loop's variable: over the flat position LLVM kept
         a division per element to find its row and ran the loop scalar (3x3 64 -> 64 at
-        224x224: a seventh of the convolution's time)."""
+        224x224 265 -> 304 GFLOP/s). Reading the block's rows a square at a time and
+        transposing them in registers, rather than LLVM's gathers down a column, was no
+        faster, alone or in the models."""
         ke, b, g, p = self.ke, self.b, self.g, self.p
         dn = g.dn
 
