@@ -399,10 +399,10 @@ class PlaneConvolution(ConvolutionEmitter):
         features from its first plane x (planes `plane` elements apart, as are the output's)
         and first weight w (w_c apart along the input features, w_o along the output
         features, prefetched `ahead` input features ahead), stored at out, or added to what
-        is there when `add`. A function of its
-        own per tile size, shared by every convolution of the program: inlined, the
-        accumulators of one size's loop shared the register allocation of another's and
-        spilled, and a copy per convolution doubled the LLVM time of DenseNet-121."""
+        is there when `add`. A function of its own per tile size, shared by every
+        convolution of the program: inlined, the accumulators of one size's loop shared the
+        register allocation of another's and spilled, and a copy per convolution doubled the
+        LLVM time of DenseNet-121."""
         p = self.p
         vectors = ceil(positions / p.lanes)
         tail = positions - (vectors - 1) * p.lanes        # lanes of the last vector

@@ -4,10 +4,12 @@ A caller that passes the same array for a parameter on every call (an ONNX model
 weights: the `constant_parameters` of compile) lets the backend choose how that array lies
 in memory, as an accelerator's runtime lays out a buffer when it is copied to the device:
 the executable reorders the argument once (`CpuExecutable.prepare_argument`) and the
-kernels read it in the order they walk it. Today one kernel wants that: the convolution
-tiles (conv_tiles.py), whose kernel in panel order is one sequential stream (3x3 512 -> 512
-at 14x14: 253 -> 289 GFLOP/s, 2 threads). A parameter gets a form only when every use of it
-wants the same one; any other use (an output, a slice, a dot) keeps the layout's order.
+kernels read it in the order they walk it. The convolution emitters say which form they
+want (`kernel_form`): the tiles (conv_tiles.py) a kernel in panel order, one sequential
+stream per panel (3x3 512 -> 512 at 14x14: 253 -> 289 GFLOP/s, 2 threads), the 1x1 plane
+kernels (conv_planes.py) weight tiles, one stream per tile of output features. A
+parameter gets a form only when every use of it wants the same one; any other use (an
+output, a slice, a dot) keeps the layout's order.
 """
 from __future__ import annotations
 
