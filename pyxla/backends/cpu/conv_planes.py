@@ -10,9 +10,10 @@ of contiguous positions, and so is each output feature:
 A tile is FEATURES output features by VECTORS vectors of consecutive positions. Per input
 feature c it loads the tile's VECTORS vectors of plane c and broadcasts its FEATURES weights
 W[c, o..], FEATURES x VECTORS fused multiply-adds into accumulators held in registers, each
-output element the sum in c order. Neither operand is packed or copied (a plane's positions
-are contiguous in x; a position's weights are contiguous in an HWIO kernel and at a stride
-in OIHW), and the tile's rows are stored to the output as whole vectors. The last tile of a
+output element the sum in c order. Neither operand is packed or copied per call (a plane's
+positions are contiguous in x; a position's weights are contiguous in an HWIO kernel and at
+a stride in OIHW; a constant kernel comes as WeightTiles, each tile's weights one stream,
+made once), and the tile's rows are stored to the output as whole vectors. The last tile of a
 plane whose positions are not whole vectors loads and stores its last vector under a mask.
 The depth runs in chunks of CHUNK_BYTES of the planes under a position tile, which stay in
 L1 while every feature tile of the block reads them, the sums waiting in the output between
