@@ -47,10 +47,9 @@ import numpy as np
 
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
-from ...runtime.memory import aligned_copy
 from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .conv_pointwise import pointwise, row_major_float, subsampled_input
-from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides
+from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides, output_tiles_first
 from .convolution import ConvGeometry, features_first
 from .elemental import alloca_in_entry, etype, linear_index
 from .ir_types import I1, I64, PTR, fma_intrinsic, i64, prefetch, smin, splat
@@ -180,10 +179,8 @@ class WeightTiles:
 
     def pack(self, kernel: np.ndarray) -> np.ndarray:
         rows = np.transpose(kernel, (*self.row_dims, self.output_dim))
-        rows = rows.reshape(-1, self.groups, rows.shape[-1] // self.groups)
-        tiles = ceil(rows.shape[-1] / self.features)
-        rows = np.pad(rows, [(0, 0), (0, 0), (0, tiles * self.features - rows.shape[-1])])
-        return aligned_copy(rows.reshape(rows.shape[0], self.groups, tiles, self.features).transpose(1, 2, 0, 3))
+        tiles = output_tiles_first(rows.reshape(-1, rows.shape[-1]), self.groups, self.features)
+        return tiles.reshape(self.groups, -1, *tiles.shape[1:])
 
 
 def _row_dims(kernel: ArrayShape, output_dim: int) -> tuple[int, ...]:

@@ -264,17 +264,24 @@ class KernelPanels:
     input_dim: int
     spatial_dims: tuple[int, ...]
     groups: int
-    group_columns: int         # a group's output features, padded to whole panels
     panel_columns: int
 
     def pack(self, kernel: np.ndarray) -> np.ndarray:
-        k = np.transpose(kernel, (*self.spatial_dims, self.input_dim, self.output_dim))
-        window, inputs, features = k.shape[:-2], k.shape[-2], k.shape[-1] // self.groups
-        k = k.reshape(*window, inputs, self.groups, features)
-        if self.group_columns != features:
-            k = np.pad(k, [(0, 0)] * (k.ndim - 1) + [(0, self.group_columns - features)])
-        k = k.reshape(*window, inputs, self.groups * self.group_columns // self.panel_columns, self.panel_columns)
-        return aligned_copy(np.moveaxis(k, -2, 0))
+        return output_tiles_first(np.transpose(kernel, (*self.spatial_dims, self.input_dim, self.output_dim)),
+                                  self.groups, self.panel_columns)
+
+
+def output_tiles_first(kernel: np.ndarray, groups: int, width: int) -> np.ndarray:
+    """`kernel` (..., output features) with each group's output features zero-padded to
+    whole tiles of `width` and the tiles moved to the front: (groups x tiles of a group,
+    ..., width), 64-byte aligned. The order both KernelPanels and conv_planes' WeightTiles
+    take a constant kernel in."""
+    lead, features = kernel.shape[:-1], kernel.shape[-1] // groups
+    tiles = ceil(features / width)
+    kernel = kernel.reshape(*lead, groups, features)
+    if tiles * width != features:
+        kernel = np.pad(kernel, [(0, 0)] * (kernel.ndim - 1) + [(0, tiles * width - features)])
+    return aligned_copy(np.moveaxis(kernel.reshape(*lead, groups * tiles, width), -2, 0))
 
 
 def kernel_form(conv: HloInstruction):
@@ -364,7 +371,7 @@ class TiledConvolution(ConvolutionEmitter):
         _, _, panel = _panels(g, etype(conv))
         dn = g.dn
         return KernelPanels(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), g.groups,
-                            ceil(g.group_features / panel) * panel, panel)
+                            panel)
 
     # --- the whole kernel ---------------------------------------------------------------------------
     def emit(self, out_ptr: ir.Value, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:

@@ -108,7 +108,7 @@ def test_weight_tiles_are_what_the_form_says(rng):
 def test_panel_order_is_what_the_form_says(rng):
     """KernelPanels.pack: element (panel q, offsets, i, lane) is the kernel's (offsets, i,
     output feature q * panel + lane), zero past a group's features."""
-    form = KernelPanels(output_dim=0, input_dim=1, spatial_dims=(2, 3), groups=2, group_columns=32, panel_columns=16)
+    form = KernelPanels(output_dim=0, input_dim=1, spatial_dims=(2, 3), groups=2, panel_columns=16)
     kernel = rng.standard_normal((2 * 20, 3, 2, 5))     # OIHW: 2 groups of 20 output features
     packed = form.pack(kernel)
     assert packed.shape == (4, 2, 5, 3, 16)
