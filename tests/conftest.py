@@ -21,3 +21,21 @@ def pytest_report_header(config):
 def rng(request):
     """A generator per test: fresh each run, reproducible from the printed session seed."""
     return np.random.default_rng([SESSION_SEED, zlib.crc32(request.node.nodeid.encode())])
+
+
+@pytest.fixture
+def nchw_convolutions(monkeypatch):
+    """Convolutions compiled in the layout their HLO gives: the convolution layout pass
+    leaves them be. For tests of the kernels' NCHW routes, which grouped convolutions,
+    colour stems and modules compiled without optimisation take."""
+    from pyxla.passes import convolution_layout
+    monkeypatch.setattr(convolution_layout, "_wants_features_last", lambda conv, dn: False)
+
+
+@pytest.fixture(params=["as-given", "features-last"])
+def convolution_layouts(request):
+    """Run a convolution test twice: in the HLO's own layout, and after the convolution layout
+    pass (NHWC between transposes where the HLO says NCHW)."""
+    if request.param == "as-given":
+        request.getfixturevalue("nchw_convolutions")
+    return request.param

@@ -25,6 +25,7 @@ def default_pipeline() -> list[PipelineItem]:
     from .algebraic_simplifier import algebraic_simplifier
     from .call_inliner import call_inliner
     from .constant_folding import constant_folding
+    from .convolution_layout import convolution_layout
     from .cse import common_subexpression_elimination
     from .dce import dead_code_elimination
     from .dot_canonicalizer import dot_canonicalizer
@@ -47,6 +48,7 @@ def default_pipeline() -> list[PipelineItem]:
             reshape_mover,
             dead_code_elimination,
         )),
+        convolution_layout,
         dot_canonicalizer,
         FixedPoint("cleanup", (algebraic_simplifier, common_subexpression_elimination, dead_code_elimination)),
     ]

@@ -109,19 +109,19 @@ def test_a_residual_stream_is_computed_once(rng):
     text = """
 HloModule residual
 ENTRY main {
-  x = f32[1,8,6,6] parameter(0)
+  x = f32[1,6,6,8] parameter(0)
   w = f32[3,3,8,8] parameter(1)
   zero = f32[] constant(0)
-  z = f32[1,8,6,6] broadcast(zero), dimensions={}
-  c1 = f32[1,8,6,6] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
-  a1 = f32[1,8,6,6] add(x, c1)
-  r1 = f32[1,8,6,6] maximum(a1, z)
-  c2 = f32[1,8,6,6] convolution(r1, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
-  a2 = f32[1,8,6,6] add(r1, c2)
-  r2 = f32[1,8,6,6] maximum(a2, z)
-  c3 = f32[1,8,6,6] convolution(r2, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
-  a3 = f32[1,8,6,6] add(r2, c3)
-  ROOT r3 = f32[1,8,6,6] maximum(a3, z)
+  z = f32[1,6,6,8] broadcast(zero), dimensions={}
+  c1 = f32[1,6,6,8] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  a1 = f32[1,6,6,8] add(x, c1)
+  r1 = f32[1,6,6,8] maximum(a1, z)
+  c2 = f32[1,6,6,8] convolution(r1, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  a2 = f32[1,6,6,8] add(r1, c2)
+  r2 = f32[1,6,6,8] maximum(a2, z)
+  c3 = f32[1,6,6,8] convolution(r2, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  a3 = f32[1,6,6,8] add(r2, c3)
+  ROOT r3 = f32[1,6,6,8] maximum(a3, z)
 }
 """
     module = fused(text)

@@ -74,6 +74,7 @@ from .gemv_kernel import emit_gemv
 from .ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
 from .loops import for_range, for_span
 from .parallel import emit_parallel_tasks, worker_pool
+from .transpose_loops import blocked_loop_nest, crossed_dimensions
 
 # Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
 # emit(kernel_emitter). Files in this package that add one register it here.
@@ -429,8 +430,11 @@ class KernelEmitter:
 
     def _emit_loop(self, root: HloInstruction) -> None:
         shape: ArrayShape = self.instr.shape
-        self._loop_nest(shape.dims, lambda index: self._store_root(root, shape, index),
-                        shape.size * self._element_cost())
+        work = shape.size * self._element_cost()
+        crossed = crossed_dimensions(self.fused.instructions if self.fused is not None else [self.instr], shape)
+        if crossed is not None:
+            return blocked_loop_nest(self, shape.dims, crossed, lambda index: self._store_root(root, shape, index), work)
+        self._loop_nest(shape.dims, lambda index: self._store_root(root, shape, index), work)
 
     def _emit_rows(self, root: HloInstruction) -> None:
         """Per row: every reduction once, then the row's outputs; reductions apart when the

@@ -11,9 +11,11 @@ plain loop over that buffer, which LLVM vectorises (DenseNet-121, whose every de
 begins with such a kernel: 42.3 -> 38.7 ms per image, with the concatenates already
 flattened by the algebraic simplifier).
 
+Concatenated along the minor-most dimension (NHWC features, see passes/convolution_layout.py),
+each pixel is a run of every operand's features in turn: a loop per operand over its run.
+
 Taken when every array the kernel reads or writes is in the default layout, the result is
-elementwise from the concatenate, the concatenated dimension is not the minor-most, and
-either every operand is a buffer (a fusion parameter: the row's start is selected among
+elementwise from the concatenate, and either every operand is a buffer (a fusion parameter: the row's start is selected among
 them) or there are at most MAX_COMPUTED_PARTS operands (Inception's branches, each with its
 batch norm and ReLU: a loop of the row's elements for each operand, one of them taken).
 """
@@ -40,7 +42,7 @@ def concatenate_of(ke, root: HloInstruction) -> HloInstruction | None:
     concat = concats[0]
     (axis,) = concat.attrs["dimensions"]
     shape = ke.instr.shape
-    if axis == concat.shape.rank - 1 or concat.shape.dims != shape.dims or not shape.is_row_major \
+    if concat.shape.dims != shape.dims or not shape.is_row_major \
             or not read_elementwise(concat, root):
         return None
     if any(op.opcode != "parameter" for op in concat.operands) and len(concat.operands) > MAX_COMPUTED_PARTS:
@@ -90,5 +92,17 @@ def emit_concatenated_rows(ke, root: HloInstruction, concat: HloInstruction) -> 
                 local = tuple(prefix[:axis]) + (b.sub(at, i64(first)),)
                 row_of(prefix, lambda index, op=op, local=local: ke.e.value(op, local + index))
 
+    def pixel_runs(prefix):   # concatenated along the minor-most dimension: a loop per operand's run
+        for first, extent, op in parts:
+            def element(index, op=op, first=first):
+                (j,) = index
+                ke.e.buffer_reads[id(concat)] = lambda _index: ke.e.value(op, tuple(prefix) + (j,))
+                ke._store_root(root, shape, tuple(prefix) + (b.add(j, i64(first)),))
+                del ke.e.buffer_reads[id(concat)]
+            for_range(b, [extent], element)
+
+    work = shape.size * ke._element_cost()
+    if axis == shape.rank - 1:
+        return ke._loop_nest(list(shape.dims[:axis]), pixel_runs, work)
     rows = buffer_rows if all(op.opcode == "parameter" for _, _, op in parts) else computed_rows
-    ke._loop_nest(list(shape.dims[:axis + 1]), rows, shape.size * ke._element_cost())
+    ke._loop_nest(list(shape.dims[:axis + 1]), rows, work)

@@ -1,5 +1,6 @@
 """Loop kernels over a concatenate of buffers, row by row (concat_rows.py): the rows of each
-operand with the elementwise ops after the concatenate, against the interpreter on fresh
+operand (or, along the minor-most dimension, each pixel's run of each operand) with the
+elementwise ops after the concatenate, against the interpreter on fresh
 random inputs; and the kernels that keep the elemental concatenate."""
 import pytest
 
@@ -50,7 +51,9 @@ ENTRY e {{
     ([(2, 4, 6, 5), (2, 1, 6, 5), (2, 6, 6, 5), (2, 2, 6, 5)], 1),   # a batch of two: rows of each image
     ([(3, 5, 17), (3, 0, 17), (3, 2, 17)], 1),                  # an empty operand
     ([(4, 33), (2, 33)], 0),                                    # the outermost dimension
-], ids=["nchw", "batch", "empty-operand", "outermost"])
+    ([(1, 5, 7, 9), (1, 5, 7, 20), (1, 5, 7, 3)], 3),           # NHWC features: a run per operand
+    ([(2, 3, 17), (2, 3, 0), (2, 3, 16), (2, 3, 1)], 2),        # minor-most, with an empty operand
+], ids=["nchw", "batch", "empty-operand", "outermost", "nhwc", "minor-empty-operand"])
 def test_rows_of_each_operand(dims_list, axis, rng, monkeypatch):
     taken = _taken(monkeypatch)
     assert_cpu_matches_interpreter(_module(dims_list, axis), rng, rtol=1e-6, atol=1e-6)
@@ -64,12 +67,17 @@ def test_a_few_computed_operands_get_a_loop_each(rng, monkeypatch):
     assert any(c is not None for c in taken)
 
 
-@pytest.mark.parametrize("case", ["minor-most axis", "many operands, one computed", "result in another layout"])
+def test_computed_operands_along_the_minor_dimension(rng, monkeypatch):
+    taken = _taken(monkeypatch)
+    text = _module([(2, 6, 6, 4), (2, 6, 6, 3), (2, 6, 6, 5)], 3, first="  q0 = f32[2,6,6,4] exponential(p0)")
+    assert_cpu_matches_interpreter(text, rng, rtol=1e-6, atol=1e-6)
+    assert any(c is not None for c in taken)
+
+
+@pytest.mark.parametrize("case", ["many operands, one computed", "result in another layout"])
 def test_other_concatenates_stay_elemental(case, rng, monkeypatch):
     taken = _taken(monkeypatch)
-    if case == "minor-most axis":
-        text = _module([(2, 3, 5), (2, 3, 4)], 2)
-    elif case == "many operands, one computed":
+    if case == "many operands, one computed":
         text = _module([(1, 2, 6, 6)] * 10, 1, first="  q0 = f32[1,2,6,6] negate(p0)")
     else:
         text = _module([(1, 4, 6, 6), (1, 2, 6, 6)], 1, out_layout="{1,3,2,0}")

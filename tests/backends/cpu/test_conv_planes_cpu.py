@@ -13,6 +13,8 @@ from pyxla.backends.cpu.llvm_jit import host_jit
 from .differential import assert_cpu_matches_interpreter, emitted_by
 from .test_parallel import pool  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.usefixtures("nchw_convolutions")   # NCHW as written: the planes' layout
+
 
 def _routed(monkeypatch):
     """The convolutions emitted by conv_planes, as a list that fills while compiling."""

@@ -67,6 +67,7 @@ def _compile(text: str, constant_parameters=(1,)):
     return get_backend("cpu").compile(parse_module(text), constant_parameters=constant_parameters)
 
 
+@pytest.mark.usefixtures("nchw_convolutions")
 @pytest.mark.parametrize("case", [*CASES, *PLANE_CASES])
 def test_a_constant_kernel_comes_in_the_order_its_kernel_reads(case, rng, monkeypatch):
     text = CASES.get(case) or PLANE_CASES[case]

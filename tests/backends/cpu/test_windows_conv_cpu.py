@@ -317,7 +317,7 @@ CONVS = [
 
 @pytest.mark.parametrize("t,np_t,tol", [("f32", np.float32, 2e-5), ("f64", np.float64, 1e-12)])
 @pytest.mark.parametrize("case", CONVS, ids=[f"{c[0]}-{c[5]}-g{c[6]}b{c[7]}" for c in CONVS])
-def test_convolution_floats(case, t, np_t, tol, rng):
+def test_convolution_floats(case, t, np_t, tol, rng, convolution_layouts):
     labels, batch, features, spatial, out_features, window, fgc, bgc = case
     lhs, rhs, out = conv_shapes(labels, batch, features, spatial, out_features, window, fgc, bgc)
     extra = (f", feature_group_count={fgc}" if fgc > 1 else "") + (f", batch_group_count={bgc}" if bgc > 1 else "")
@@ -339,7 +339,7 @@ TILED_CONVS = [
 @pytest.mark.parametrize("sliced", [False, True], ids=["whole-depth", "depth-slices"])
 @pytest.mark.parametrize("vector_bytes", [32, 64])
 @pytest.mark.parametrize("case", TILED_CONVS, ids=["panels", "nchw-stride", "groups-1x1", "sevens"])
-def test_convolution_tiles_of_each_vector_width(case, vector_bytes, sliced, rng, monkeypatch):
+def test_convolution_tiles_of_each_vector_width(case, vector_bytes, sliced, rng, monkeypatch, convolution_layouts):
     """Register tiles of AVX2's and AVX-512's width (conv_tiles.TILE_POSITIONS), whatever the
     host's: LLVM splits vectors wider than the host's registers; the kernel read whole by
     each tile, or in slices of the depth (segments of 5 rows: a shorter last one)."""
@@ -363,6 +363,7 @@ NCHW_STAGED = [
 ]
 
 
+@pytest.mark.usefixtures("nchw_convolutions")
 @pytest.mark.parametrize("vector_bytes", [32, 64])
 @pytest.mark.parametrize("case", NCHW_STAGED, ids=["overlaps", "groups-stride", "unpadded-rows"])
 def test_nchw_input_staged_by_blocks(case, vector_bytes, rng, monkeypatch):

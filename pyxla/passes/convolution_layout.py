@@ -1,0 +1,209 @@
+"""Convolution layout: convolutions over features-last activations (NHWC), and the
+transposes that takes moved out of the way.
+
+A model imported from ONNX or PyTorch computes its convolutions with the features before
+the spatial dimensions (NCHW). The convolution kernels read features-last pixels: each
+pixel's input features one contiguous run, each output pixel's features written as whole
+vectors (conv_tiles.py). Given NCHW they copy the input to NHWC and write their output back
+plane by plane, around every convolution of the model. This pass gives each such
+convolution NHWC input and output instead, between a transpose of its input and one of its
+result, and then sinks every transpose toward the outputs (below elementwise ops, pools,
+reductions, concatenation and padding) until it meets the next convolution's input
+transpose and the two cancel. A chain of convolutions and the ops between them then runs
+features-last from the first transpose of the model's input to the end, where a global
+pool's reduction over the spatial dimensions needs no transpose at all. A transpose that
+meets an op it cannot pass (a reshape that shuffles channels) stays, as a copy.
+
+Left in NCHW: grouped convolutions, whose kernels read feature planes (depthwise ones,
+conv_depthwise.py; ShuffleNet's grouped 1x1 ones, conv_planes.py: ShuffleNet ran 2.8 ->
+4.6 ms with them NHWC), and
+convolutions over few input features under a small window (at most PLANE_STEM_FEATURES
+features and PLANE_STEM_ROWS features x window offsets: an image's colours under 3x3),
+which conv_planes.py computes from the planes of their windows; their results are
+transposed to NHWC where their consumers are.
+"""
+from __future__ import annotations
+
+from math import prod
+
+from ..hlo.attributes import ConvDimensionNumbers
+from ..hlo.instruction import HloInstruction
+from ..hlo.module import HloModule
+from ..hlo.shape import ArrayShape
+from .algebraic_simplifier import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE, identity_transpose, transpose_of_transpose
+from .hlo_pass import hlo_pass
+from .rewrite import RuleTable, apply_rules
+
+PLANE_STEM_FEATURES = 4       # at most this many input features, under a window of at most
+PLANE_STEM_ROWS = 32          # this many rows: the window-plane kernel is faster (conv_planes.py)
+
+CONVOLUTIONS = RuleTable("convolution-layout")
+SINKING = RuleTable("transpose-sinking")
+
+
+def _features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple[int, ...]) -> bool:
+    return [d for d in range(shape.rank) if d != batch] == [feature, *spatial]
+
+
+def _permuted(shape: ArrayShape, perm: tuple[int, ...]) -> ArrayShape:
+    """The shape of transpose(x of `shape`, dimensions=perm)."""
+    return ArrayShape(shape.dtype, tuple(shape.dims[d] for d in perm))
+
+
+def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    inverse = [0] * len(perm)
+    for i, d in enumerate(perm):
+        inverse[d] = i
+    return tuple(inverse)
+
+
+def _transpose(ctx, x: HloInstruction, perm: tuple[int, ...], like: HloInstruction) -> HloInstruction:
+    return ctx.add("transpose", [x], _permuted(x.shape, perm), {"dimensions": tuple(perm)}, like=like)
+
+
+def _wants_features_last(conv: HloInstruction, dn: ConvDimensionNumbers) -> bool:
+    x, kernel = conv.operands
+    if not conv.shape.dtype.is_float or conv.attrs.get("batch_group_count", 1) != 1 or not dn.input_spatial:
+        return False
+    if not (_features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) and
+            _features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial)):
+        return False
+    if conv.attrs.get("feature_group_count", 1) != 1:
+        return False
+    features = kernel.shape.dims[dn.kernel_input_feature]
+    taps = prod(kernel.shape.dims[d] for d in dn.kernel_spatial)
+    return features > PLANE_STEM_FEATURES or features * taps > PLANE_STEM_ROWS
+
+
+@CONVOLUTIONS.rule("convolution")
+def features_last_convolution(conv, ctx):
+    """conv(x) over NCHW == transpose(conv'(transpose(x))) with conv' over NHWC."""
+    dn: ConvDimensionNumbers = conv.attrs["dim_labels"]
+    if not _wants_features_last(conv, dn):
+        return None
+    x, kernel = conv.operands
+    spatial = len(dn.input_spatial)
+    to_input = (dn.input_batch, *dn.input_spatial, dn.input_feature)
+    nhwc = ConvDimensionNumbers(0, spatial + 1, tuple(range(1, spatial + 1)), dn.kernel_input_feature,
+                                dn.kernel_output_feature, dn.kernel_spatial, 0, spatial + 1,
+                                tuple(range(1, spatial + 1)))
+    to_output = (dn.output_batch, *dn.output_spatial, dn.output_feature)
+    inner = ctx.add("convolution", [_transpose(ctx, x, to_input, conv), kernel], _permuted(conv.shape, to_output),
+                    dict(conv.semantic_attrs(), dim_labels=nhwc), like=conv)
+    return _transpose(ctx, inner, _inverse(to_output), conv)
+
+
+# --- sinking transposes -------------------------------------------------------------------------
+
+def _unpermuted(o: HloInstruction, perm: tuple[int, ...], ctx, like) -> HloInstruction | None:
+    """The operand whose transpose by `perm` is `o`: a transpose's operand, or a broadcast
+    re-aimed at the permuted dimensions (a per-feature bias, a splat); None otherwise."""
+    if o.opcode == "transpose" and tuple(o.attrs["dimensions"]) == perm:
+        return o.operands[0]
+    if o.opcode == "broadcast":
+        dims = tuple(perm[d] for d in o.attrs["dimensions"])
+        if list(dims) != sorted(dims):
+            return None
+        return ctx.add("broadcast", [o.operands[0]], _permuted(o.shape, _inverse(perm)), {"dimensions": dims},
+                       like=o)
+    return None
+
+
+def _transposed_operand(instr: HloInstruction) -> HloInstruction | None:
+    return next((o for o in instr.operands if o.opcode == "transpose" and o.shape.rank == instr.shape.rank), None)
+
+
+@SINKING.rule(*UNARY_ELEMENTWISE, *BINARY_ELEMENTWISE, "select", "clamp")
+def elementwise_of_transposes(instr, ctx):
+    """f(transpose(x), transpose(y), broadcast(b)) == transpose(f(x, y, broadcast'(b)))."""
+    t = _transposed_operand(instr)
+    if t is None:
+        return None
+    perm = tuple(t.attrs["dimensions"])
+    operands = []
+    for o in instr.operands:
+        inner = o if o.shape.rank == 0 else _unpermuted(o, perm, ctx, instr)   # clamp's scalar bounds
+        if inner is None:
+            return None
+        operands.append(inner)
+    inner = ctx.add(instr.opcode, operands, _permuted(instr.shape, _inverse(perm)), dict(instr.semantic_attrs()),
+                    like=instr)
+    return _transpose(ctx, inner, perm, instr)
+
+
+@SINKING.rule("reduce-window")
+def pool_of_transpose(instr, ctx):
+    """A window over transpose(x) is the permuted window over x."""
+    x, init = instr.operands if len(instr.operands) == 2 else (None, None)
+    if x is None or x.opcode != "transpose":
+        return None
+    perm = tuple(x.attrs["dimensions"])
+    window = instr.attrs["window"]
+    inner_window = tuple(window[i] for i in _inverse(perm))
+    inner = ctx.add("reduce-window", [x.operands[0], init], _permuted(instr.shape, _inverse(perm)),
+                    dict(instr.semantic_attrs(), window=inner_window), like=instr)
+    return _transpose(ctx, inner, perm, instr)
+
+
+@SINKING.rule("reduce")
+def reduce_of_transpose(instr, ctx):
+    """Reducing transpose(x) over some dimensions is reducing x over theirs, then
+    transposing what is left only if its order changed (a global pool's [N, C]: it does not)."""
+    x, init = instr.operands if len(instr.operands) == 2 else (None, None)
+    if x is None or x.opcode != "transpose":
+        return None
+    perm = tuple(x.attrs["dimensions"])
+    reduced = set(instr.attrs["dimensions"])
+    inner_reduced = tuple(sorted(perm[d] for d in reduced))
+    kept = [perm[d] for d in range(len(perm)) if d not in reduced]      # x's dims, in the result's order
+    inner_kept = sorted(kept)
+    inner_shape = ArrayShape(instr.shape.dtype, tuple(x.operands[0].shape.dims[d] for d in inner_kept))
+    inner = ctx.add("reduce", [x.operands[0], init], inner_shape,
+                    dict(instr.semantic_attrs(), dimensions=inner_reduced), like=instr)
+    order = tuple(inner_kept.index(d) for d in kept)
+    return inner if order == tuple(range(len(order))) else _transpose(ctx, inner, order, instr)
+
+
+@SINKING.rule("concatenate")
+def concatenate_of_transposes(instr, ctx):
+    """Concatenating transposes by one permutation is transposing the concatenation; an
+    operand that is not such a transpose (the pool before DenseNet's first block) is
+    transposed the other way, when at most half of them are."""
+    t = _transposed_operand(instr)
+    if t is None:
+        return None
+    perm = tuple(t.attrs["dimensions"])
+    moved = [o.opcode == "transpose" and tuple(o.attrs["dimensions"]) == perm for o in instr.operands]
+    if 2 * sum(moved) < len(moved):
+        return None
+    operands = [o.operands[0] if m else _transpose(ctx, o, _inverse(perm), instr)
+                for o, m in zip(instr.operands, moved)]
+    (axis,) = instr.attrs["dimensions"]
+    inner = ctx.add("concatenate", operands, _permuted(instr.shape, _inverse(perm)),
+                    dict(instr.semantic_attrs(), dimensions=(perm[axis],)), like=instr)
+    return _transpose(ctx, inner, perm, instr)
+
+
+@SINKING.rule("pad")
+def pad_of_transpose(instr, ctx):
+    x, value = instr.operands
+    if x.opcode != "transpose":
+        return None
+    perm = tuple(x.attrs["dimensions"])
+    padding = instr.attrs["padding"]
+    inner = ctx.add("pad", [x.operands[0], value], _permuted(instr.shape, _inverse(perm)),
+                    dict(instr.semantic_attrs(), padding=tuple(padding[i] for i in _inverse(perm))), like=instr)
+    return _transpose(ctx, inner, perm, instr)
+
+
+SINKING.rule("transpose")(identity_transpose)
+SINKING.rule("transpose")(transpose_of_transpose)
+
+
+@hlo_pass("convolution-layout")
+def convolution_layout(module: HloModule) -> bool:
+    """Convolutions over NHWC activations; transposes sunk until they cancel."""
+    if not apply_rules(module, CONVOLUTIONS):
+        return False
+    apply_rules(module, SINKING)
+    return True
