@@ -11,8 +11,9 @@ product of the buffers as they lie:
 
 so it runs as dot_tasks.py's blocks on the worker pool, each block by the GEMM kernel with
 the epilogue applied while the block is in cache. The register tiles of conv_tiles.py would
-first copy an NCHW input to NHWC and write the output back feature by feature (ResNet-50 at
-batch 1 spends half its arithmetic in such convolutions).
+first copy an NCHW input to NHWC and write the output back feature by feature. NHWC
+convolutions (all of a model's, after passes/convolution_layout.py) mostly go to those
+tiles instead: see SHALLOW_DEPTH.
 """
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ from .elemental import delinearize, etype
 from .gemv_kernel import emit_gemv
 from .ir_types import i64
 from .parallel import worker_pool
+
+
+# NHWC convolutions go to the register tiles (conv_tiles.py), which read a constant kernel
+# in panel order and scale across threads where this GEMM packs the kernel on every call
+# (ResNet-50's 2048 -> 512 at 7x7: 562 -> 392 us, 1024 -> 256 at 14x14: 443 -> 368 us;
+# ResNet-50 34.5 -> 30.5 ms). But for a shallow expansion (at most SHALLOW_DEPTH input
+# features into EXPANSION times as many outputs) the GEMM, writing its product in place, is
+# faster (64 -> 256 at 56x56: 329 against 372 us).
+SHALLOW_DEPTH = 64
+EXPANSION = 4
 
 
 def row_major_float(conv: HloInstruction) -> bool:
@@ -55,8 +66,11 @@ def fits(conv: HloInstruction) -> bool:
         return False
     if not pointwise(g):
         return False
-    return features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is not None and \
-        features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is not None
+    x_first = features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial)
+    out_first = features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial)
+    if x_first is False and out_first is False and prod(g.output_spatial) > 1:
+        return g.input_features <= SHALLOW_DEPTH and g.group_features >= EXPANSION * g.input_features
+    return x_first is not None and out_first is not None
 
 
 class PointwiseGemm:

@@ -1,5 +1,6 @@
-"""Pointwise convolutions of one image as pyxla's GEMM (conv_pointwise.py): NHWC (NCHW ones
-go to conv_planes.py, test_conv_planes_cpu.py), kernels stored input- or output-feature
+"""Pointwise convolutions of one image as pyxla's GEMM (conv_pointwise.py): NHWC shallow
+expansions (other NHWC ones go to the tiles; NCHW ones to conv_planes.py,
+test_conv_planes_cpu.py), kernels stored input- or output-feature
 first, alone and with a fused epilogue, a result laid out differently from the product,
 against the interpreter on fresh random inputs; and what stays with the register tiles."""
 import numpy as np
@@ -38,11 +39,11 @@ ENTRY e {{
 
 
 CASES = [
-    # (x, w, out, dim_labels): NHWC, kernels IO and OI, odd sizes (edges of the tiles); an
-    # NCHW input with an NHWC result
-    ("1,9,7,37", "1,1,37,45", "1,9,7,45", "b01f_01io->b01f"),
-    ("1,9,7,37", "45,37,1,1", "1,9,7,45", "b01f_oi01->b01f"),
-    ("1,300,64", "1,64,130", "1,300,130", "b0f_0io->b0f"),
+    # (x, w, out, dim_labels): NHWC shallow expansions, kernels IO and OI, odd sizes (edges
+    # of the tiles); an NCHW input with an NHWC result
+    ("1,9,7,13", "1,1,13,61", "1,9,7,61", "b01f_01io->b01f"),
+    ("1,9,7,13", "61,13,1,1", "1,9,7,61", "b01f_oi01->b01f"),
+    ("1,300,30", "1,30,130", "1,300,130", "b0f_0io->b0f"),
     ("1,37,9,7", "1,1,37,45", "1,9,7,45", "bf01_01io->b01f"),
     # over a 1x1 map (DenseNet's classifier): the matrix-vector kernel, on the pool when large
     ("1,37,1,1", "1,1,37,45", "1,45,1,1", "bf01_01io->bf01"),
@@ -62,27 +63,29 @@ def test_pointwise_convolution_as_gemm(x, w, out, labels, epilogue, t, tol, rng,
 
 
 @pytest.mark.parametrize("x,out,labels,window", [
-    ("1,9,8,16", "1,3,4,24", "b01f_01io->b01f", "size=1x1 stride=3x2"),       # NHWC, unequal strides
+    ("1,9,8,16", "1,3,4,64", "b01f_01io->b01f", "size=1x1 stride=3x2"),       # NHWC, unequal strides
 ])
 def test_strided_pointwise_convolution_reads_a_subsampled_copy(x, out, labels, window, rng, monkeypatch,
                                                              pool):  # noqa: F811
     routed = _routed(monkeypatch)
-    text = _module("f32", x, "1,1,16,24", out, labels, epilogue=True, window=window)
+    text = _module("f32", x, "1,1,16,64", out, labels, epilogue=True, window=window)
     assert_cpu_matches_interpreter(text, rng, rtol=2e-4, atol=2e-4)
     assert routed
 
 
 def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool):  # noqa: F811
     routed = _routed(monkeypatch)
-    text = _module("f32", "1,5,6,24", "1,1,24,40", "1,5,6,40", "b01f_01io->b01f", epilogue=True,
+    text = _module("f32", "1,5,6,10", "1,1,10,40", "1,5,6,40", "b01f_01io->b01f", epilogue=True,
                    out_layout="{1,3,2,0}")
     assert_cpu_matches_interpreter(text, rng, rtol=2e-4, atol=2e-4)
     assert routed
 
 
 @pytest.mark.parametrize("x,w,out,window", [
-    ("2,5,5,16", "1,1,16,24", "2,5,5,24", "size=1x1"),                       # a batch of two
-    ("1,5,5,16", "3,3,16,24", "1,5,5,24", "size=3x3 pad=1_1x1_1"),           # a real window
+    ("2,5,5,16", "1,1,16,64", "2,5,5,64", "size=1x1"),                       # a batch of two
+    ("1,5,5,16", "3,3,16,64", "1,5,5,64", "size=3x3 pad=1_1x1_1"),           # a real window
+    ("1,5,5,80", "1,1,80,400", "1,5,5,400", "size=1x1"),                     # NHWC, deep
+    ("1,5,5,16", "1,1,16,40", "1,5,5,40", "size=1x1"),                       # NHWC, no expansion
 ])
 def test_other_convolutions_stay_with_the_tiles(x, w, out, window, rng, monkeypatch, pool):  # noqa: F811
     routed = _routed(monkeypatch)
