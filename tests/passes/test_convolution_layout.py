@@ -101,32 +101,34 @@ def test_concatenated_branches_and_a_reduction_that_reorders(rng):
     # depthwise
     "c = f32[1,8,9,9] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01, "
     "feature_group_count=8\n  w = f32[3,3,1,8] parameter(1)",
-    # an image's colours under 3x3: the window-plane kernel's
-    "c = f32[1,8,9,9] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01\n"
-    "  w = f32[3,3,3,8] parameter(1)",
+    # grouped
+    "c = f32[1,8,9,9] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01, "
+    "feature_group_count=2\n  w = f32[3,3,4,8] parameter(1)",
     # features last already
     "c = f32[1,9,9,8] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n"
     "  w = f32[3,3,8,8] parameter(1)",
-], ids=["depthwise", "colour-stem", "nhwc"])
+], ids=["depthwise", "grouped", "nhwc"])
 def test_convolutions_left_as_they_are(conv, rng):
     line, weight = conv.split("\n")
-    features = 3 if "3,3,3,8" in weight else 8
-    x = "f32[1,9,9,8]" if "b01f_" in line else f"f32[1,{features},9,9]"
+    x = "f32[1,9,9,8]" if "b01f_" in line else "f32[1,8,9,9]"
     text = f"HloModule keep\nENTRY main {{\n  x = {x} parameter(0)\n{weight}\n  ROOT {line}\n}}\n"
     after = run_pass(PASSES, text, rng)
     assert entry_opcodes(after) == {"convolution": 1}
     assert not convolution_layout(after)
 
 
-def test_a_seven_by_seven_colour_stem_is_features_last(rng):
-    """3 colours under 7x7 are 147 rows, too many for the window planes: the tiles take it."""
-    text = """
+@pytest.mark.parametrize("window,kernel,out", [
+    ("size=7x7 stride=2x2 pad=3_3x3_3", "7,7,3,8", "1,8,10,10"),    # ResNet's
+    ("size=3x3 stride=2x2", "3,3,3,8", "1,8,9,9"),                  # SqueezeNet's
+], ids=["7x7", "3x3"])
+def test_a_colour_stem_is_features_last(window, kernel, out, rng):
+    text = f"""
 HloModule stem
-ENTRY main {
+ENTRY main {{
   x = f32[1,3,20,20] parameter(0)
-  w = f32[7,7,3,8] parameter(1)
-  ROOT c = f32[1,8,10,10] convolution(x, w), window={size=7x7 stride=2x2 pad=3_3x3_3}, dim_labels=bf01_01io->bf01
-}
+  w = f32[{kernel}] parameter(1)
+  ROOT c = f32[{out}] convolution(x, w), window={{{window}}}, dim_labels=bf01_01io->bf01
+}}
 """
     after = run_pass(PASSES, text, rng, rtol=1e-5)
     assert entry_opcodes(after) == {"convolution": 1, "transpose": 2}
