@@ -51,7 +51,7 @@ ENTRY e {{
     ([(2, 4, 6, 5), (2, 1, 6, 5), (2, 6, 6, 5), (2, 2, 6, 5)], 1),   # a batch of two: rows of each image
     ([(3, 5, 17), (3, 0, 17), (3, 2, 17)], 1),                  # an empty operand
     ([(4, 33), (2, 33)], 0),                                    # the outermost dimension
-    ([(1, 5, 7, 9), (1, 5, 7, 20), (1, 5, 7, 3)], 3),           # NHWC features: a run per operand
+    ([(1, 5, 7, 9), (1, 5, 7, 4), (1, 5, 7, 4), (1, 5, 7, 4), (1, 5, 7, 20)], 3),   # NHWC: three runs of 4 in one loop
     ([(2, 3, 17), (2, 3, 0), (2, 3, 16), (2, 3, 1)], 2),        # minor-most, with an empty operand
 ], ids=["nchw", "batch", "empty-operand", "outermost", "nhwc", "minor-empty-operand"])
 def test_rows_of_each_operand(dims_list, axis, rng, monkeypatch):
@@ -61,15 +61,17 @@ def test_rows_of_each_operand(dims_list, axis, rng, monkeypatch):
 
 
 def test_a_few_computed_operands_get_a_loop_each(rng, monkeypatch):
+    """(A negate is fused into the concatenating kernel; an exponential, costly, would be
+    computed by a kernel of its own and read as a buffer.)"""
     taken = _taken(monkeypatch)
-    text = _module([(2, 4, 6, 6), (2, 3, 6, 6), (2, 5, 6, 6)], 1, first="  q0 = f32[2,4,6,6] exponential(p0)")
+    text = _module([(2, 4, 6, 6), (2, 3, 6, 6), (2, 5, 6, 6)], 1, first="  q0 = f32[2,4,6,6] negate(p0)")
     assert_cpu_matches_interpreter(text, rng, rtol=1e-6, atol=1e-6)
     assert any(c is not None for c in taken)
 
 
 def test_computed_operands_along_the_minor_dimension(rng, monkeypatch):
     taken = _taken(monkeypatch)
-    text = _module([(2, 6, 6, 4), (2, 6, 6, 3), (2, 6, 6, 5)], 3, first="  q0 = f32[2,6,6,4] exponential(p0)")
+    text = _module([(2, 6, 6, 4), (2, 6, 6, 3), (2, 6, 6, 5)], 3, first="  q0 = f32[2,6,6,4] negate(p0)")
     assert_cpu_matches_interpreter(text, rng, rtol=1e-6, atol=1e-6)
     assert any(c is not None for c in taken)
 
