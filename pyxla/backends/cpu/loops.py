@@ -81,8 +81,10 @@ def for_span(b: ir.IRBuilder, extents: Sequence[int], k: int, begin: ir.Value, e
     counted_loop(b, b.udiv(begin, i64(split)), b.udiv(b.add(end, i64(split - 1)), i64(split)), row)
 
 
-def counted_loop(b: ir.IRBuilder, begin: ir.Value, end: ir.Value, body: Callable[[ir.Value], None]) -> None:
-    """for (i = begin; i < end; ++i) body(i), with bounds known at run time."""
+def counted_loop(b: ir.IRBuilder, begin: ir.Value, end: ir.Value, body: Callable[[ir.Value], None],
+                 unrolled: bool = True) -> None:
+    """for (i = begin; i < end; ++i) body(i), with bounds known at run time; `unrolled`
+    False marks the loop not to be unrolled (its vector body is still interleaved)."""
     pre = b.block
     loop = b.append_basic_block("span.body")
     exit_block = b.append_basic_block("span.exit")
@@ -93,7 +95,9 @@ def counted_loop(b: ir.IRBuilder, begin: ir.Value, end: ir.Value, body: Callable
     body(i)
     nxt = b.add(i, i64(1), name="i.next")
     i.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_unsigned("<", nxt, end), loop, exit_block)
+    back_edge = b.cbranch(b.icmp_unsigned("<", nxt, end), loop, exit_block)
+    if not unrolled:
+        no_unroll(b, back_edge)
     b.position_at_end(exit_block)
 
 

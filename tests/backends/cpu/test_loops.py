@@ -72,3 +72,20 @@ def test_marked_row_is_vectorised_not_copied(rng, tmp_path, monkeypatch):
     assert re.search(r"load <\d+ x float>", optimised)
     assert len(re.findall(r"load float", optimised)) < 8
     assert_cpu_matches_interpreter(TRANSPOSE, rng)
+
+
+def test_a_concatenates_runs_are_not_unrolled(rng, tmp_path, monkeypatch):
+    """Features concatenated along the minor dimension (concat_rows.py): the loop over each
+    operand's run is marked, as is the nest over the 4 x 9 pixels (36 iterations; its inner
+    loop of 9 stays unrollable)."""
+    monkeypatch.setenv("PYXLA_NUM_THREADS", "1")
+    text = """HloModule c
+ENTRY main {
+  a = f32[4,9,40] parameter(0)
+  b = f32[4,9,300] parameter(1)
+  c = f32[4,9,340] concatenate(a, b), dimensions={2}
+  ROOT r = f32[4,9,340] negate(c)
+}"""
+    ir_text, _ = ir_texts(text, tmp_path, monkeypatch)
+    assert marked_loops(ir_text) == 3    # the runs of 40 and of 300, and the nest of pixels
+    assert_cpu_matches_interpreter(text, rng)
