@@ -333,12 +333,13 @@ TILED_CONVS = [
     ("bf01_oi01->bf01", 2, 16, (7, 7), 72, "size=3x3 stride=2x2 pad=1_1x1_1", 1),
     ("b01f_01io->b01f", 2, 40, (6, 5), 40, "size=1x1", 2),
     ("b01f_01io->b01f", 1, 24, (7, 7), 40, "size=3x3 pad=1_1x1_1", 1),    # 49 positions: tiles of 7 (AVX-512)
+    ("b01f_01io->b01f", 1, 24, (14, 14), 40, "size=3x3 pad=1_1x1_1", 1),  # 196 positions: tiles of 14 (AVX-512)
 ]
 
 
 @pytest.mark.parametrize("sliced", [False, True], ids=["whole-depth", "depth-slices"])
 @pytest.mark.parametrize("vector_bytes", [32, 64])
-@pytest.mark.parametrize("case", TILED_CONVS, ids=["panels", "nchw-stride", "groups-1x1", "sevens"])
+@pytest.mark.parametrize("case", TILED_CONVS, ids=["panels", "nchw-stride", "groups-1x1", "sevens", "fourteens"])
 def test_convolution_tiles_of_each_vector_width(case, vector_bytes, sliced, rng, monkeypatch, convolution_layouts):
     """Register tiles of AVX2's and AVX-512's width (conv_tiles.TILE_POSITIONS), whatever the
     host's: LLVM splits vectors wider than the host's registers; the kernel read whole by
