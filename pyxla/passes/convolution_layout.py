@@ -1,5 +1,5 @@
 """Convolution layout: convolutions over features-last activations (NHWC), and the
-transposes that takes moved out of the way.
+transposes that this takes moved out of the way.
 
 A model imported from ONNX or PyTorch computes its convolutions with the features before
 the spatial dimensions (NCHW). The convolution kernels read features-last pixels: each
@@ -83,7 +83,7 @@ def features_last_convolution(conv, ctx):
 
 # --- sinking transposes -------------------------------------------------------------------------
 
-def _unpermuted(o: HloInstruction, perm: tuple[int, ...], ctx, like) -> HloInstruction | None:
+def _unpermuted(o: HloInstruction, perm: tuple[int, ...], ctx) -> HloInstruction | None:
     """The operand whose transpose by `perm` is `o`: a transpose's operand, or a broadcast
     re-aimed at the permuted dimensions (a per-feature bias, a splat); None otherwise."""
     if o.opcode == "transpose" and tuple(o.attrs["dimensions"]) == perm:
@@ -110,7 +110,7 @@ def elementwise_of_transposes(instr, ctx):
     perm = tuple(t.attrs["dimensions"])
     operands = []
     for o in instr.operands:
-        inner = o if o.shape.rank == 0 else _unpermuted(o, perm, ctx, instr)   # clamp's scalar bounds
+        inner = o if o.shape.rank == 0 else _unpermuted(o, perm, ctx)   # clamp's scalar bounds
         if inner is None:
             return None
         operands.append(inner)
@@ -154,9 +154,9 @@ def reduce_of_transpose(instr, ctx):
 
 @SINKING.rule("concatenate")
 def concatenate_of_transposes(instr, ctx):
-    """Concatenating transposes by one permutation is transposing the concatenation; an
-    operand that is not such a transpose (the pool before DenseNet's first block) is
-    transposed the other way, when at most half of them are."""
+    """Concatenating transposes by one permutation is transposing the concatenation. When
+    at least half of the operands are such transposes, the others (the pool before
+    DenseNet's first block) are transposed the other way to join them."""
     t = _transposed_operand(instr)
     if t is None:
         return None
@@ -174,6 +174,7 @@ def concatenate_of_transposes(instr, ctx):
 
 @SINKING.rule("pad")
 def pad_of_transpose(instr, ctx):
+    """Padding transpose(x) is padding x by the permuted widths."""
     x, value = instr.operands
     if x.opcode != "transpose":
         return None

@@ -1,6 +1,6 @@
-"""A loop kernel that concatenates buffers along an outer dimension and applies elementwise
-ops to the result (DenseNet's batch norm and ReLU over the features of every earlier
-layer, Inception's over its branches), row by row.
+"""A loop kernel that concatenates buffers and applies elementwise ops to the result
+(DenseNet's batch norm and ReLU over the features of every earlier layer, Inception's over
+its branches), row by row, or run by run along the minor-most dimension.
 
 The elemental concatenate (elemental.py) computes every operand's value at every element
 and selects one: with 30 operands, 30 loads and selects per element, and no vector loop.
@@ -22,8 +22,9 @@ computed in the kernel, a loop per operand.
 
 Taken when every array the kernel reads or writes is in the default layout, the result is
 elementwise from the concatenate, and either every operand is a buffer (a fusion
-parameter: the row's start is selected among them) or there are at most MAX_COMPUTED_PARTS operands (Inception's branches, each with its
-batch norm and ReLU: a loop of the row's elements for each operand, one of them taken).
+parameter: the row's start is selected among them) or there are at most
+MAX_COMPUTED_PARTS operands (Inception's branches, each with its batch norm and ReLU: a
+loop of the row's elements for each operand, one of them taken).
 """
 from __future__ import annotations
 
