@@ -69,12 +69,14 @@ from .windows import window_source
 # AVX-512 also has tiles of 7, for outputs whose position count 7 divides (7x7 and 14x14
 # maps: no tile cut short, where 8 leaves 7 of 56 positions idle): a tile's positions are
 # those of the candidates that waste the fewest, the first of them on a tie (3x3 256 -> 256
-# at 7x7 on one thread, best of many runs: 105-112 -> 111-114 GFLOP/s). And tiles of 14,
-# 28 accumulators, for the maps 14 divides (14x14 to 224x224): each kernel row loaded
-# serves 14 positions, not 8 (in one process, NHWC throughout: Inception v2 18.0 -> 16.8 ms
-# and 19.3 -> 18.5, ResNet-50 and SqueezeNet 1-3% faster, DenseNet-121 the same, VGG-19
-# within its noise).
-TILE_POSITIONS = {32: (6,), 64: (14, 8, 7)}
+# at 7x7 on one thread, best of many runs: 105-112 -> 111-114 GFLOP/s). A kernel in panel
+# order (KernelPanels) also has tiles of 14, 28 accumulators, for the maps 14 divides (14x14
+# to 224x224): each kernel row loaded serves 14 positions, not 8 (in one process: Inception
+# v2 18.0 -> 16.8 ms and 19.3 -> 18.5, ResNet-50 and SqueezeNet 1-3% faster, DenseNet-121
+# and VGG-19 the same within the noise); over a kernel read where it lies, rows a row of
+# output features apart, they ran the CNN block 4-5% slower.
+TILE_POSITIONS = {32: (6,), 64: (8, 7)}
+PANEL_TILE_POSITIONS = {32: (6,), 64: (14, 8, 7)}
 TILE_VECTORS = 2
 UNROLL = 1                 # input features per trip of the inner loop: LLVM unrolls it as it sees
                            # fit; 4 by hand made machine code 25% slower to build and no faster run
@@ -198,7 +200,8 @@ def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, p
     group_columns = ceil(g.group_features / panel) * panel
     panels = g.groups * group_columns // panel
     total = g.batch * prod(g.output_spatial)
-    positions = min(min(TILE_POSITIONS[vector_bytes], key=lambda n: ceil(total / n) * n), total)
+    candidates = (PANEL_TILE_POSITIONS if panel_ordered else TILE_POSITIONS)[vector_bytes]
+    positions = min(min(candidates, key=lambda n: ceil(total / n) * n), total)
     taps = prod(w.size for w in g.window)
     depth = taps * g.input_features
     pack = not panel_ordered and (group_columns != g.group_features or not _minor(rhs, g.dn.kernel_output_feature))
