@@ -52,6 +52,18 @@ class WindowDim:
     reversal: bool = False
 
 
+def features_first(rank: int, batch: int, feature: int, spatial: tuple) -> bool | None:
+    """Of an array of `rank` whose dimensions play a convolution's roles: True when the
+    dimensions but the batch are (feature, spatial...) (NCHW), False when (spatial...,
+    feature) (NHWC), None otherwise."""
+    rest = [d for d in range(rank) if d != batch]
+    if rest == [feature, *spatial]:
+        return True
+    if rest == [*spatial, feature]:
+        return False
+    return None
+
+
 @dataclass(frozen=True)
 class ConvDimensionNumbers:
     """Which dimension plays which role in a convolution (XLA's `dim_labels`)."""

@@ -22,7 +22,7 @@ over a features-last image beat conv_planes' window planes over an NCHW one (Squ
 """
 from __future__ import annotations
 
-from ..hlo.attributes import ConvDimensionNumbers
+from ..hlo.attributes import ConvDimensionNumbers, features_first
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape
@@ -32,10 +32,6 @@ from .rewrite import RuleTable, apply_rules
 
 CONVOLUTIONS = RuleTable("convolution-layout")
 SINKING = RuleTable("transpose-sinking")
-
-
-def _features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple[int, ...]) -> bool:
-    return [d for d in range(shape.rank) if d != batch] == [feature, *spatial]
 
 
 def _permuted(shape: ArrayShape, perm: tuple[int, ...]) -> ArrayShape:
@@ -59,8 +55,8 @@ def _wants_features_last(conv: HloInstruction, dn: ConvDimensionNumbers) -> bool
     if not conv.shape.dtype.is_float or not dn.input_spatial or \
             conv.attrs.get("batch_group_count", 1) != 1 or conv.attrs.get("feature_group_count", 1) != 1:
         return False
-    return _features_first(conv.operands[0].shape, dn.input_batch, dn.input_feature, dn.input_spatial) and \
-        _features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial)
+    return features_first(conv.operands[0].shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial) is True \
+        and features_first(conv.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is True
 
 
 @CONVOLUTIONS.rule("convolution")

@@ -431,10 +431,11 @@ class KernelEmitter:
     def _emit_loop(self, root: HloInstruction) -> None:
         shape: ArrayShape = self.instr.shape
         work = shape.size * self._element_cost()
+        store = lambda index: self._store_root(root, shape, index)   # noqa: E731
         crossed = crossed_dimensions(self.fused.instructions if self.fused is not None else [self.instr], shape)
         if crossed is not None:
-            return blocked_loop_nest(self, shape.dims, crossed, lambda index: self._store_root(root, shape, index), work)
-        self._loop_nest(shape.dims, lambda index: self._store_root(root, shape, index), work)
+            return blocked_loop_nest(self, shape.dims, crossed, store, work)
+        self._loop_nest(shape.dims, store, work)
 
     def _emit_rows(self, root: HloInstruction) -> None:
         """Per row: every reduction once, then the row's outputs; reductions apart when the

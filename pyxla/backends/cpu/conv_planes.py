@@ -45,12 +45,13 @@ from math import ceil, prod
 import llvmlite.ir as ir
 import numpy as np
 
+from ...hlo.attributes import features_first
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .conv_pointwise import pointwise, row_major_float, subsampled_input
 from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides, output_tiles_first
-from .convolution import ConvGeometry, features_first
+from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, etype, linear_index
 from .ir_types import I1, I64, PTR, fma_intrinsic, i64, prefetch, smin, splat
 from .llvm_jit import host_jit
@@ -113,8 +114,8 @@ def fits(conv: HloInstruction) -> bool:
         return False
     if not (pointwise(g) or _patched(conv, g)) or prod(g.output_spatial) == 1:
         return False   # over a 1x1 map: conv_pointwise.py's matrix-vector product
-    return features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial) is True and \
-        features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial) is True
+    return features_first(x.shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial) is True and \
+        features_first(conv.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is True
 
 
 @dataclass(frozen=True)

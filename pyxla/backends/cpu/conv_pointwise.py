@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from math import prod
 
+from ...hlo.attributes import features_first
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from .codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .conv_tiles import EMITTERS, _operand
-from .convolution import ConvGeometry, features_first
+from .convolution import ConvGeometry
 from .dot_tasks import emit_dot_tasks
 from .elemental import delinearize, etype
 from .gemv_kernel import emit_gemv
@@ -66,8 +67,8 @@ def fits(conv: HloInstruction) -> bool:
         return False
     if not pointwise(g):
         return False
-    x_first = features_first(x.shape, dn.input_batch, dn.input_feature, dn.input_spatial)
-    out_first = features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial)
+    x_first = features_first(x.shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial)
+    out_first = features_first(conv.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial)
     if x_first is False and out_first is False and prod(g.output_spatial) > 1:
         return g.input_features <= SHALLOW_DEPTH and g.group_features >= EXPANSION * g.input_features
     return x_first is not None and out_first is not None
@@ -93,8 +94,8 @@ class PointwiseGemm:
         features, outputs = g.input_features, g.groups * g.group_features
         positions = prod(conv.shape.dims[d] for d in dn.output_spatial)
         spatial = tuple(conv.shape.dims[d] for d in dn.output_spatial)
-        x_first = features_first(x_shape, dn.input_batch, dn.input_feature, dn.input_spatial)
-        out_first = features_first(conv.shape, dn.output_batch, dn.output_feature, dn.output_spatial)
+        x_first = features_first(x_shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial)
+        out_first = features_first(conv.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial)
         w_io = dn.kernel_input_feature < dn.kernel_output_feature   # W stored [C, O] (else [O, C])
         if out_first:    # out[O, HW] = W^T x: A is W, read transposed when stored [C, O]
             a, b, m, n = w_ptr, x_ptr, outputs, positions

@@ -49,12 +49,12 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ...fusion.buffer_assignment import read_elementwise
-from ...hlo.attributes import WindowDim
+from ...hlo.attributes import WindowDim, features_first
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape
 from ...runtime.memory import aligned_copy
 from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .convolution import ConvGeometry, features_first
+from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, delinearize, etype, linear_index
 from .ir_types import PTR, fma_intrinsic, i64, prefetch, smin, splat, storage_type, transpose_square
 from .llvm_jit import host_jit
@@ -425,7 +425,7 @@ class TiledConvolution(ConvolutionEmitter):
         least a vector's worth of features and of columns, no base dilation or cropping."""
         g, p, shape = self.g, self.p, self.lhs_shape
         return len(g.window) == 2 and g.batch_groups == 1 and shape.is_row_major and \
-            features_first(shape, g.dn.input_batch, g.dn.input_feature, g.dn.input_spatial) is True and \
+            features_first(shape.rank, g.dn.input_batch, g.dn.input_feature, g.dn.input_spatial) is True and \
             g.groups * g.input_features >= p.lanes and g.input_spatial[-1] >= p.lanes and \
             all(w.lhs_dilate == 1 and w.pad_low >= 0 and w.pad_high >= 0 for w in g.window)
 

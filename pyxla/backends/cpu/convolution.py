@@ -23,23 +23,11 @@ import llvmlite.ir as ir
 
 from ...hlo.attributes import ConvDimensionNumbers, WindowDim
 from ...hlo.instruction import HloInstruction
-from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
 from .elemental import RULES, ElementalEmitter, alloca_in_entry, convert, etype
 from .ir_types import compute_type, i64
 from .loops import for_range
 from .windows import window_source
-
-
-def features_first(shape: ArrayShape, batch: int, feature: int, spatial: tuple) -> bool | None:
-    """True when the dimensions but the batch are (feature, spatial...), False when
-    (spatial..., feature), None otherwise."""
-    rest = [d for d in range(shape.rank) if d != batch]
-    if rest == [feature, *spatial]:
-        return True
-    if rest == [*spatial, feature]:
-        return False
-    return None
 
 
 @dataclass(frozen=True)
