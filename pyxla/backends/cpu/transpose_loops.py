@@ -15,7 +15,6 @@ from __future__ import annotations
 from math import ceil
 from typing import Callable
 
-from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape, default_layout
 from .ir_types import i64
 from .loops import counted_loop
