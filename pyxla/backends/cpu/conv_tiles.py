@@ -125,6 +125,8 @@ class TilePlan:
     input_spatial: tuple[int, ...]   # the input's spatial dims as the tiles read it (padded when staged)
     run_taps: int              # window offsets of the last spatial dim in one contiguous run (or 1)
     segment: int               # values of a run per slice of the depth; 0: the depth is not sliced
+    pixel_step: int | None     # elements between the pixels of neighbouring positions of a tile, when
+                               # every tile's are that far apart (None: each tile finds each of its own)
 
     @property
     def segments(self) -> int:
@@ -234,7 +236,25 @@ def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, p
         segment = max(1, (PANEL_SLICE_BYTES if panel_ordered else KERNEL_SLICE_BYTES) // row_bytes)
         segment = ceil(run / ceil(run / segment))   # segments of equal length
     return TilePlan(g, lanes, vectors, positions, taps, panel, group_columns, panels, total,
-                    block_positions, block_panels, pack, panel_ordered, stage, input_spatial, run_taps, segment)
+                    block_positions, block_panels, pack, panel_ordered, stage, input_spatial, run_taps, segment,
+                    _pixel_step(g, lhs, stage, input_spatial, positions))
+
+
+def _pixel_step(g: ConvGeometry, lhs: ArrayShape, stage: bool, input_spatial: tuple[int, ...],
+                positions: int) -> int | None:
+    """Elements between the input pixels of neighbouring positions when no tile crosses
+    the end of an output row: the tiles' positions divide the row (and so every block's
+    tiles, whole tiles but for a last one moved back to end where a row ends). The tile then
+    addresses its pixels as one pointer and constant offsets, where a pointer each ran out
+    of registers (14 of them, reloaded from the stack in the inner loop)."""
+    if not g.window or g.output_spatial[-1] % positions:
+        return None
+    last = g.window[-1]
+    if stage:   # features minor-most, then the last spatial dim
+        along = lhs.dims[g.dn.input_feature]
+    else:
+        along = _strides(lhs)[g.dn.input_spatial[-1]]
+    return last.stride * along
 
 
 def _run_taps(g: ConvGeometry, lhs: ArrayShape, rhs: ArrayShape, stage: bool, reordered: bool) -> int:
@@ -603,7 +623,12 @@ class TiledConvolution(ConvolutionEmitter):
         group, column = (b.udiv(q, i64(p.panels_per_group)), b.urem(q, i64(p.panels_per_group))) \
             if g.groups > 1 else (i64(0), q)
         column = b.mul(column, i64(p.panel_columns))
-        pixels = [self._pixel(b.add(start, i64(r)), group) for r in range(p.positions)]
+        # each position's pixel as (pointer, constant offset)
+        if p.pixel_step is None:
+            pixels = [(self._pixel(b.add(start, i64(r)), group), 0) for r in range(p.positions)]
+        else:
+            first_pixel = self._pixel(start, group)
+            pixels = [(first_pixel, r * p.pixel_step) for r in range(p.positions)]
         accumulators = [[alloca_in_entry(b, self.vector) for _ in range(p.vectors)] for _ in range(p.positions)]
         row0 = b.add(b.sub(start, first), i64(p.positions))
         col0 = b.mul(b.sub(q, first_panel), i64(p.panel_columns))
@@ -639,7 +664,7 @@ class TiledConvolution(ConvolutionEmitter):
                 step = w.rhs_dilate * in_strides[d]
                 if step and sizes and w.size > 1:
                     shift = b.add(shift, b.mul(k, i64(step)))
-            inputs = [b.gep(pixel, [shift], source_etype=self.st) for pixel in pixels]
+            inputs = [(b.gep(pixel, [shift], source_etype=self.st), offset) for pixel, offset in pixels]
             if p.panel_ordered:
                 windows = tuple(w.size for w in g.window)
                 tap_index = linear_index(b, offsets, windows, tuple(range(len(windows) - 1, -1, -1))) \
@@ -717,8 +742,9 @@ class TiledConvolution(ConvolutionEmitter):
                                                  i64(KERNEL_PREFETCH_ROWS * kernel_stride + v * p.lanes))],
                                   source_etype=self.st)
                     prefetch(b, ahead)
-            for pixel, slots in zip(inputs, accumulators):
-                x = splat(b, self.vector, b.load(b.gep(pixel, [c], source_etype=self.st), typ=self.st))
+            for (pixel, offset), slots in zip(inputs, accumulators):
+                at = b.gep(pixel, [b.add(c, i64(offset)) if offset else c], source_etype=self.st)
+                x = splat(b, self.vector, b.load(at, typ=self.st))
                 for row, slot in zip(rows, slots):
                     b.store(b.call(fma, [x, row, b.load(slot)]), slot)
 

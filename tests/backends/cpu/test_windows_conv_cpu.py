@@ -333,12 +333,18 @@ TILED_CONVS = [
     ("bf01_oi01->bf01", 2, 16, (7, 7), 72, "size=3x3 stride=2x2 pad=1_1x1_1", 1),
     ("b01f_01io->b01f", 2, 40, (6, 5), 40, "size=1x1", 2),
     ("b01f_01io->b01f", 1, 24, (7, 7), 40, "size=3x3 pad=1_1x1_1", 1),    # 49 positions: tiles of 7 (AVX-512)
+    # tiles that divide the output rows address their pixels by one step (TilePlan.pixel_step):
+    # staged with its padding (rows of 8: AVX-512's tiles; 6 x 12: AVX2's), read in place
+    ("b01f_01io->b01f", 2, 16, (16, 16), 40, "size=3x3 stride=2x2 pad=1_1x1_1", 1),
+    ("b01f_01io->b01f", 2, 16, (12, 24), 24, "size=3x3 stride=2x2 pad=1_1x1_1", 1),
+    ("b01f_01io->b01f", 2, 24, (16, 16), 40, "size=1x1 stride=2x2", 1),
 ]
 
 
 @pytest.mark.parametrize("sliced", [False, True], ids=["whole-depth", "depth-slices"])
 @pytest.mark.parametrize("vector_bytes", [32, 64])
-@pytest.mark.parametrize("case", TILED_CONVS, ids=["panels", "nchw-stride", "groups-1x1", "sevens"])
+@pytest.mark.parametrize("case", TILED_CONVS, ids=["panels", "nchw-stride", "groups-1x1", "sevens", "rows-of-8",
+                                                  "rows-of-12", "in-place-stride"])
 def test_convolution_tiles_of_each_vector_width(case, vector_bytes, sliced, rng, monkeypatch, convolution_layouts):
     """Register tiles of AVX2's and AVX-512's width (conv_tiles.TILE_POSITIONS), whatever the
     host's: LLVM splits vectors wider than the host's registers; the kernel read whole by
@@ -474,3 +480,17 @@ def test_tiles_of_fourteen_only_over_a_kernel_in_panel_order(monkeypatch):
     x, w = (op.shape for op in conv.operands)
     assert conv_tiles.plan(conv, x, w, 2, panel_ordered=True).positions == 14
     assert conv_tiles.plan(conv, x, w, 2).positions == 7
+
+
+@pytest.mark.parametrize("vector_bytes,window,spatial,step", [
+    (64, "size=3x3 stride=2x2 pad=1_1x1_1", (16, 16), 2 * 16),   # staged: 8 | 8 output columns
+    (64, "size=1x1 stride=2x2", (16, 16), 2 * 16),               # read in place
+    (32, "size=3x3 stride=2x2 pad=1_1x1_1", (12, 24), 2 * 16),   # 6 | 12
+    (64, "size=3x3 stride=2x2 pad=1_1x1_1", (12, 24), None),     # tiles of 8 cross rows of 12
+])
+def test_pixels_one_step_apart_when_tiles_divide_the_rows(vector_bytes, window, spatial, step, monkeypatch):
+    monkeypatch.setattr(host_jit(), "vector_bytes", vector_bytes)
+    lhs, rhs, out = conv_shapes("b01f_01io->b01f", 2, 16, spatial, 40, window)
+    conv = parse_module(conv_module("f32", lhs, rhs, out, window, "b01f_01io->b01f")).entry.root
+    x, w = (op.shape for op in conv.operands)
+    assert conv_tiles.plan(conv, x, w, 2).pixel_step == step
