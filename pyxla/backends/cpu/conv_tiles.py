@@ -66,17 +66,22 @@ from .windows import window_source
 # Positions of a tile by the host's vector width (llvm_jit.LlvmJit.vector_bytes): positions x
 # TILE_VECTORS accumulators, 12 of AVX2's 16 registers, 16 of AVX-512's 32. AVX-512's wider
 # tile runs the CNN block 20.6 -> 14.6 ms (one Xeon, one process); 12 positions are no faster.
-# AVX-512 also has tiles of 7, for outputs whose position count 7 divides (7x7 and 14x14
-# maps: no tile cut short, where 8 leaves 7 of 56 positions idle): a tile's positions are
-# those of the candidates that waste the fewest, the first of them on a tie (3x3 256 -> 256
-# at 7x7 on one thread, best of many runs: 105-112 -> 111-114 GFLOP/s). A kernel in panel
-# order (KernelPanels) also has tiles of 14, 28 accumulators, for the maps 14 divides (14x14
-# to 224x224): each kernel row loaded serves 14 positions, not 8 (in one process: Inception
-# v2 18.0 -> 16.8 ms and 19.3 -> 18.5, ResNet-50 and SqueezeNet 1-3% faster, DenseNet-121
-# and VGG-19 the same within the noise); over a kernel read where it lies, rows a row of
-# output features apart, they ran the CNN block 4-5% slower.
+# AVX-512 also has tiles of 7, for 7x7 and 14x14 maps (3x3 256 -> 256 at 7x7 on one thread,
+# best of many runs: 105-112 -> 111-114 GFLOP/s against 8). A kernel in panel order
+# (KernelPanels) also has tiles of 14, 28 accumulators: each kernel row loaded serves 14
+# positions, not 8 (in one process: Inception v2 18.0 -> 16.8 ms and 19.3 -> 18.5, ResNet-50
+# and SqueezeNet 1-3% faster, DenseNet-121 and VGG-19 the same within the noise); over a
+# kernel read where it lies, rows a row of output features apart, they ran the CNN block
+# 4-5% slower. Over a kernel in panel order a tile may have any of 7 to 14 positions
+# (ROW_TILE_POSITIONS) when that divides the output rows: tiles of 13, 11 and 9 over
+# SqueezeNet's 13-, 55- and 27-wide maps, no tile cut short and each tile's pixels one step
+# apart (SqueezeNet 2.85 -> 2.69 ms, Inception v1 11.3 -> 10.9, in one process). Where none
+# divides the rows (111 wide), a tile costs its positions plus TILE_OVERHEAD (loads of the
+# kernel rows, the loop), and the candidates' cheapest covering of the positions is taken.
 TILE_POSITIONS = {32: (6,), 64: (8, 7)}
 PANEL_TILE_POSITIONS = {32: (6,), 64: (14, 8, 7)}
+ROW_TILE_POSITIONS = {64: tuple(range(14, 6, -1))}
+TILE_OVERHEAD = 3
 TILE_VECTORS = 2
 UNROLL = 1                 # input features per trip of the inner loop: LLVM unrolls it as it sees
                            # fit; 4 by hand made machine code 25% slower to build and no faster run
@@ -202,8 +207,7 @@ def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, p
     group_columns = ceil(g.group_features / panel) * panel
     panels = g.groups * group_columns // panel
     total = g.batch * prod(g.output_spatial)
-    candidates = (PANEL_TILE_POSITIONS if panel_ordered else TILE_POSITIONS)[vector_bytes]
-    positions = min(min(candidates, key=lambda n: ceil(total / n) * n), total)
+    positions = _tile_positions(g, total, vector_bytes, panel_ordered)
     taps = prod(w.size for w in g.window)
     depth = taps * g.input_features
     pack = not panel_ordered and (group_columns != g.group_features or not _minor(rhs, g.dn.kernel_output_feature))
@@ -255,6 +259,19 @@ def _pixel_step(g: ConvGeometry, lhs: ArrayShape, stage: bool, input_spatial: tu
     else:
         along = _strides(lhs)[g.dn.input_spatial[-1]]
     return last.stride * along
+
+
+def _tile_positions(g: ConvGeometry, total: int, vector_bytes: int, panel_ordered: bool) -> int:
+    """Positions of a tile: the most of the row candidates that divide an output row (no
+    tile cut short, and pixels one step apart: _pixel_step), else the candidates' cheapest
+    (tiles x (positions + TILE_OVERHEAD)), the first of them on a tie."""
+    candidates = (PANEL_TILE_POSITIONS if panel_ordered else TILE_POSITIONS)[vector_bytes]
+    rows = ROW_TILE_POSITIONS.get(vector_bytes, candidates) if panel_ordered else candidates
+    width = g.output_spatial[-1] if g.output_spatial else 0
+    dividing = [n for n in rows if width and width % n == 0]
+    if dividing:
+        return min(max(dividing), total)
+    return min(min(candidates, key=lambda n: ceil(total / n) * (n + TILE_OVERHEAD)), total)
 
 
 def _run_taps(g: ConvGeometry, lhs: ArrayShape, rhs: ArrayShape, stage: bool, reordered: bool) -> int:

@@ -41,6 +41,9 @@ CASES = {
     # NHWC, dilated kernel, f64
     "nhwc dilated f64": _conv("1,12,12,8", "3,3,8,40", "1,8,8,40", "size=3x3 rhs_dilate=2x2", "b01f_01io->b01f",
                               t="f64"),
+    # tiles of a whole row of 13 positions (AVX-512), and of 11 over two images, strided
+    "rows of 13": _conv("1,13,13,24", "3,3,24,40", "1,13,13,40", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f"),
+    "rows of 11": _conv("2,22,22,16", "1,1,16,32", "2,11,11,32", "size=1x1 stride=2x2", "b01f_01io->b01f"),
     # a 1-d convolution
     "1d": _conv("3,20,16", "5,16,36", "3,16,36", "size=5", "b0f_0io->b0f"),
 }

@@ -494,3 +494,16 @@ def test_pixels_one_step_apart_when_tiles_divide_the_rows(vector_bytes, window, 
     conv = parse_module(conv_module("f32", lhs, rhs, out, window, "b01f_01io->b01f")).entry.root
     x, w = (op.shape for op in conv.operands)
     assert conv_tiles.plan(conv, x, w, 2).pixel_step == step
+
+
+@pytest.mark.parametrize("width,panel_ordered,positions", [
+    (13, True, 13), (55, True, 11), (27, True, 9), (56, True, 14), (7, True, 7),
+    (111, True, 14),    # no tile of 7 to 14 divides 111: the fewest wasted of 14, 8, 7
+    (13, False, 8),     # over a kernel read where it lies: tiles of 8 or 7 only, the cheaper
+])
+def test_tiles_divide_the_output_rows_where_they_can(width, panel_ordered, positions, monkeypatch):
+    monkeypatch.setattr(host_jit(), "vector_bytes", 64)
+    conv = parse_module(conv_module("f32", (1, width, width, 16), (1, 1, 16, 32), (1, width, width, 32), "size=1x1",
+                                    "b01f_01io->b01f")).entry.root
+    x, w = (op.shape for op in conv.operands)
+    assert conv_tiles.plan(conv, x, w, 2, panel_ordered=panel_ordered).positions == positions
