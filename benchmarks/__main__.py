@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from .frameworks import FRAMEWORKS
-from .onnx_models import MODELS
+from .onnx_models import MODELS, merge_rounds
 from .report import write_report
 
 
@@ -63,17 +63,39 @@ def main(argv=None) -> None:
         runs.append(_run_process(fw, out / f"{fw}.json", env, "benchmarks.runner", "--scale", str(ns.scale),
                                  "--budget", str(ns.budget), *(["--only", *ns.only] if ns.only else [])))
     models = ns.models if ns.models is not None else ([] if ns.only else list(MODELS))
-    model_runs = []
-    if models:
-        for fw in ("pyxla", "onnxruntime"):
-            print(f"running the ONNX models on {fw} ...", flush=True)
-            model_runs.append(_run_process(fw, out / f"{fw}-onnx-models.json", env, "benchmarks.onnx_models",
-                                           "--budget", str(ns.budget), "--only", *models))
+    model_runs = _interleaved_model_runs(models, env, out, ns.budget) if models else []
     ceilings_cmd = [sys.executable, "-c",
                     f"import json; from benchmarks.ceilings import ceilings; print(json.dumps(ceilings({ns.scale})))"]
     ceil = json.loads(subprocess.run(ceilings_cmd, env=env, capture_output=True, text=True, check=True).stdout)
     load_after = os.getloadavg()
     print(write_report(runs, ceil, out, load_before, load_after, model_runs, others_share=others.share()))
+
+
+MODEL_ROUNDS = 2   # rounds of the ONNX models, the frameworks' order reversed in the second
+
+
+def _interleaved_model_runs(models: list[str], env: dict, out: Path, budget: float) -> list[dict]:
+    """Each model on pyxla and on onnxruntime one right after the other, each in its own
+    process, in MODEL_ROUNDS rounds that alternate which goes first, every round with a
+    share of the budget; each framework's timings pooled over the rounds. The machine's
+    speed drifts by 10-20% over minutes: all of one framework's models and then all of the
+    other's (as this ran before) put minutes between the two timings of a model, and the
+    drift into their ratio."""
+    frameworks = ("pyxla", "onnxruntime")
+    rounds: dict[str, list[dict]] = {fw: [] for fw in frameworks}
+    for r in range(MODEL_ROUNDS):
+        order = frameworks if r % 2 == 0 else frameworks[::-1]
+        for name in models:
+            for fw in order:
+                print(f"running {name} on {fw} (round {r + 1} of {MODEL_ROUNDS}) ...", flush=True)
+                rounds[fw].append(_run_process(fw, out / f"{fw}-onnx-models.json", env, "benchmarks.onnx_models",
+                                               "--budget", str(budget / MODEL_ROUNDS), "--only", name))
+    runs = []
+    for fw in frameworks:
+        merged = dict(merge_rounds(rounds[fw]), rounds=MODEL_ROUNDS)
+        (out / f"{fw}-onnx-models.json").write_text(json.dumps(merged, indent=1))
+        runs.append(merged)
+    return runs
 
 
 class OtherProcesses:

@@ -91,11 +91,7 @@ def run_models(framework: str, budget: float, only: list[str] | None) -> dict:
             entry["correct"] = len(got) == len(want) and all(
                 g.shape == w.shape and np.allclose(g, w, rtol=RTOL, atol=ATOL) for g, w in zip(got, want))
             entry["max_abs_error"] = max(float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in zip(got, want))
-            times = measure(run, 3, budget)
-            entry["median_s"] = float(np.median(times))
-            q1, q3 = np.percentile(times, [25, 75])
-            entry["iqr_s"] = float(q3 - q1)
-            entry["repeats"] = len(times)
+            entry.update(summarize_times(measure(run, 3, budget)))
         except Exception as e:   # noqa: BLE001  (a framework's failure is a result, not a crash)
             entry = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                      "trace": traceback.format_exc(limit=3)}
@@ -103,6 +99,29 @@ def run_models(framework: str, budget: float, only: list[str] | None) -> dict:
     results["blas"] = blas_info()
     results["load_average"] = os.getloadavg()
     return results
+
+
+def summarize_times(times: list[float]) -> dict:
+    """Median, interquartile spread and count of steady-state timings, and the timings."""
+    q1, q3 = np.percentile(times, [25, 75])
+    return {"median_s": float(np.median(times)), "iqr_s": float(q3 - q1), "repeats": len(times),
+            "times_s": [float(t) for t in times]}
+
+
+def merge_rounds(rounds: list[dict]) -> dict:
+    """One framework's runs (run_models results, a model in several of them) as one: for
+    each model the first run's first call and check and every run's timings pooled; a run
+    that failed on a model makes its failure the model's result."""
+    merged = {k: v for k, v in rounds[0].items() if k != "results"}
+    merged["results"] = {}
+    for name in dict.fromkeys(n for run in rounds for n in run.get("results", {})):
+        entries = [run["results"][name] for run in rounds if name in run.get("results", {})]
+        failed = [e for e in entries if "error" in e]
+        entry = dict(failed[0] if failed else entries[0])
+        if not failed:
+            entry.update(summarize_times([t for e in entries for t in e["times_s"]]))
+        merged["results"][name] = entry
+    return merged
 
 
 def main(argv=None) -> None:

@@ -46,3 +46,40 @@ def test_onnx_light_models_are_timed_and_checked(tmp_path):
                           (0, 0, 0), (0, 0, 0), [run, peer])
     assert "| squeezenet |" in report and "| 0.50 |" in report
     assert json.loads((tmp_path / "report.json").read_text())["onnx_models"]["summary"]["squeezenet"] == 0.5
+
+
+def test_model_rounds_pool_their_timings_and_keep_failures():
+    from benchmarks.onnx_models import merge_rounds
+    first = {"framework": "pyxla", "version": "1", "results": {
+        "a": {"first_call_s": 2.0, "correct": True, "times_s": [3.0, 1.0], "median_s": 2.0},
+        "b": {"first_call_s": 1.0, "correct": True, "times_s": [1.0], "median_s": 1.0}}}
+    second = {"framework": "pyxla", "version": "1", "results": {
+        "a": {"first_call_s": 0.5, "correct": True, "times_s": [5.0, 4.0, 6.0], "median_s": 5.0},
+        "b": {"error": "RuntimeError: out of memory"}}}
+    merged = merge_rounds([first, second])
+    a = merged["results"]["a"]
+    assert a["median_s"] == 4.0 and a["repeats"] == 5 and a["first_call_s"] == 2.0
+    assert merged["results"]["b"] == {"error": "RuntimeError: out of memory"}
+    assert merged["version"] == "1"
+
+
+def test_each_model_runs_on_both_frameworks_back_to_back(tmp_path, monkeypatch):
+    """Model by model, the two frameworks one right after the other, the order reversed in
+    the second round: the machine's drift stays out of a model's ratio."""
+    import benchmarks.__main__ as bench
+    calls = []
+
+    def fake_process(framework, path, env, module, *args):
+        name = args[args.index("--only") + 1]
+        calls.append((framework, name))
+        return {"framework": framework, "results": {name: {"first_call_s": 1.0, "correct": True,
+                                                           "times_s": [len(calls) * 1.0], "median_s": 1.0}}}
+
+    monkeypatch.setattr(bench, "_run_process", fake_process)
+    runs = bench._interleaved_model_runs(["resnet50", "squeezenet"], {}, tmp_path, 1.0)
+    assert calls == [("pyxla", "resnet50"), ("onnxruntime", "resnet50"), ("pyxla", "squeezenet"),
+                     ("onnxruntime", "squeezenet"), ("onnxruntime", "resnet50"), ("pyxla", "resnet50"),
+                     ("onnxruntime", "squeezenet"), ("pyxla", "squeezenet")]
+    pyxla = next(r for r in runs if r["framework"] == "pyxla")
+    assert pyxla["results"]["resnet50"]["times_s"] == [1.0, 6.0]
+    assert json.loads((tmp_path / "pyxla-onnx-models.json").read_text())["rounds"] == 2
