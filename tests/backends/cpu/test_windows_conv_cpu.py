@@ -134,7 +134,8 @@ VECTOR_ROWS = [
     ((1, 2, 7, 7), "size=1x1x3x3 pad=0_0x0_0x1_1x1_1"),                    # rows of 7: half-width vectors
     ((1, 2, 15, 15), "size=1x1x3x3 stride=1x1x2x2 pad=0_0x0_0x0_1x0_1"),   # stride 2 over a short row
     ((2, 40, 21), "size=1x2x3 stride=1x2x3"),                              # stride 3, no padding
-    ((1, 9, 9, 40), "size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0"),    # NHWC: vectors of the host's width
+    ((1, 9, 9, 48), "size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0"),    # NHWC: vectors of the host's width
+    ((1, 9, 9, 40), "size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0"),    # NHWC: 8 lanes where 16 do not divide
 ]
 
 
