@@ -16,9 +16,11 @@ meets an op it cannot pass (a reshape that shuffles channels) stays, as a copy.
 
 Left in NCHW: grouped convolutions, whose kernels read feature planes (depthwise ones,
 conv_depthwise.py; ShuffleNet's grouped 1x1 ones, conv_planes.py: ShuffleNet ran 2.8 ->
-4.6 ms with them NHWC). A colour stem (3 features under 3x3) goes NHWC too: the tiles
+4.6 ms with them NHWC). A colour stem (3 features under 3x3) writes NHWC too: the tiles
 over a features-last image beat conv_planes' window planes over an NCHW one (SqueezeNet's
-3x3 stride 2: 603 -> 223 us).
+3x3 stride 2: 603 -> 223 us). It reads its image as it is, though (at most FEW_FEATURES
+features): the tiles copy a padded input features-last anyway, and a transpose before
+them is a kernel of its own (ResNet-50's stem with its transpose: 928 -> 888 us).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from .rewrite import RuleTable, apply_rules
 
 CONVOLUTIONS = RuleTable("convolution-layout")
 SINKING = RuleTable("transpose-sinking")
+FEW_FEATURES = 4
 
 
 def _permuted(shape: ArrayShape, perm: tuple[int, ...]) -> ArrayShape:
@@ -72,7 +75,13 @@ def features_last_convolution(conv, ctx):
                                 dn.kernel_output_feature, dn.kernel_spatial, 0, spatial + 1,
                                 tuple(range(1, spatial + 1)))
     to_output = (dn.output_batch, *dn.output_spatial, dn.output_feature)
-    inner = ctx.add("convolution", [_transpose(ctx, x, to_input, conv), kernel], _permuted(conv.shape, to_output),
+    if x.shape.dims[dn.input_feature] <= FEW_FEATURES:   # a colour image: read as it is
+        nhwc = ConvDimensionNumbers(dn.input_batch, dn.input_feature, dn.input_spatial, dn.kernel_input_feature,
+                                    dn.kernel_output_feature, dn.kernel_spatial, 0, spatial + 1,
+                                    tuple(range(1, spatial + 1)))
+    else:
+        x = _transpose(ctx, x, to_input, conv)
+    inner = ctx.add("convolution", [x, kernel], _permuted(conv.shape, to_output),
                     dict(conv.semantic_attrs(), dim_labels=nhwc), like=conv)
     return _transpose(ctx, inner, _inverse(to_output), conv)
 
