@@ -6,6 +6,8 @@ from .shape import Shape, TupleShape
 
 
 class HloComputation:
+    additions = 0   # instructions added to any computation so far (HloModule.fresh_name reads it)
+
     def __init__(self, name: str):
         self.name = name
         self.instructions: list[HloInstruction] = []
@@ -14,6 +16,7 @@ class HloComputation:
 
     # --- construction -------------------------------------------------------------------
     def add_instruction(self, instr: HloInstruction) -> HloInstruction:
+        HloComputation.additions += 1
         instr.parent = self
         self.instructions.append(instr)
         for op in instr.operands:

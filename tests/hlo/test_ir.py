@@ -100,3 +100,85 @@ def test_evaluator_accepts_exactly_representable_wider_floats(rng):
     v = rng.standard_normal((2, 3)).astype(np.float32)
     out = evaluate_module(module, [v.astype(np.float64)])
     assert out.dtype == np.float32 and np.array_equal(out, -v)
+
+
+CLONED = """HloModule cloned, entry_computation_layout={(f32[4]{0}, s32[])->f32[4]{0}}
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+body {
+  t = (f32[4], s32[]) parameter(0)
+  v = f32[4] get-tuple-element(t), index=0
+  i = s32[] get-tuple-element(t), index=1
+  c = f32[4] constant({1, 2, 3, 4})
+  w = f32[4] add(v, c), metadata={op_name="jit(f)/add" source_file="f.py" source_line=3}
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT r = (f32[4], s32[]) tuple(w, j)
+}
+
+cond {
+  t = (f32[4], s32[]) parameter(0)
+  i = s32[] get-tuple-element(t), index=1
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  k = s32[] parameter(1)
+  init = (f32[4], s32[]) tuple(x, k)
+  loop = (f32[4], s32[]) while(init), condition=cond, body=body
+  y = f32[4] get-tuple-element(loop), index=0
+  z = f32[] constant(0)
+  total = f32[] reduce(y, z), dimensions={0}, to_apply=add
+  ROOT out = f32[4] broadcast(total), dimensions={}
+}
+"""
+
+
+def test_a_clone_is_the_same_program_and_shares_nothing(rng):
+    from pyxla.hlo import evaluate_module, parse_module
+    original = parse_module(CLONED)
+    original.donated = (0,)   # an annotation a front end attached
+    copy = original.clone()
+    assert copy.to_text() == original.to_text() and copy.donated == (0,)
+    objects = {id(o) for c in original.computations for o in (c, *c.instructions)}
+    assert not objects & {id(o) for c in copy.computations for o in (c, *c.instructions)}
+    loop = next(i for i in copy.entry.instructions if i.opcode == "while")
+    assert loop.attrs["body"] in copy.computations and loop.attrs["condition"] in copy.computations
+    assert all(u.parent is c for c in copy.computations for i in c.instructions for u in i.users)
+    # the copy's literals and metadata are its own
+    constant = next(i for i in loop.attrs["body"].instructions if i.opcode == "constant" and i.shape.dims == (4,))
+    constant.literal[0] = 100.0
+    next(i for i in loop.attrs["body"].instructions if i.name == "w").attrs["metadata"]["op_name"] = "changed"
+    x = rng.standard_normal(4).astype(np.float32)
+    k = np.int32(0)
+    want = np.full(4, np.sum(x.astype(np.float64) + 3 * np.array([1, 2, 3, 4])), np.float32)
+    np.testing.assert_allclose(evaluate_module(original, [x, k]), want, rtol=1e-5)
+    assert 'op_name="jit(f)/add"' in original.to_text()
+
+
+def test_fresh_names_avoid_names_added_by_other_means():
+    from pyxla.hlo import parse_module
+    from pyxla.hlo.instruction import HloInstruction
+    module = parse_module(CLONED)
+    entry = module.entry
+    first = module.fresh_name("foo")
+    stem, n = first.split(".")
+    entry.add_instruction(HloInstruction(first, "constant", ArrayShape(F32, ()), literal=np.float32(1)))
+    # added without fresh_name: the next two names it would have issued
+    for k in (1, 2):
+        entry.add_instruction(HloInstruction(f"{stem}.{int(n) + k}", "constant", ArrayShape(F32, ()),
+                                             literal=np.float32(k)))
+    names = [module.fresh_name("foo") for _ in range(3)]
+    held = {i.name for c in module.computations for i in c.instructions}
+    assert not set(names) & held and len(set(names)) == 3
+    # a removed instruction's name may stay taken; no issued name is ever reused
+    entry.remove_instruction(entry.instructions[-1])
+    again = module.fresh_name("foo")
+    assert again not in names and again != first
