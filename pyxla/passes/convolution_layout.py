@@ -18,9 +18,11 @@ Left in NCHW: grouped convolutions, whose kernels read feature planes (depthwise
 conv_depthwise.py; ShuffleNet's grouped 1x1 ones, conv_planes.py: ShuffleNet ran 2.8 ->
 4.6 ms with them NHWC). A colour stem (3 features under 3x3) writes NHWC too: the tiles
 over a features-last image beat conv_planes' window planes over an NCHW one (SqueezeNet's
-3x3 stride 2: 603 -> 223 us). It reads its image as it is, though (at most FEW_FEATURES
-features): the tiles copy a padded input features-last anyway, and a transpose before
-them is a kernel of its own (ResNet-50's stem with its transpose: 928 -> 888 us).
+3x3 stride 2: 603 -> 223 us). A padded one reads its image as it is, though (at most
+FEW_FEATURES features): the tiles copy a padded input features-last anyway, and a
+transpose before them is a kernel of its own (ResNet-50's stem with its transpose: 928 ->
+888 us); an unpadded one reads a transposed image where it lies (SqueezeNet's: 223 us
+against 294 for its copy of the NCHW image).
 """
 from __future__ import annotations
 
@@ -62,6 +64,12 @@ def _wants_features_last(conv: HloInstruction, dn: ConvDimensionNumbers) -> bool
         and features_first(conv.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is True
 
 
+def _copies_its_input(conv: HloInstruction) -> bool:
+    """Whether the convolution kernels copy the input (with its padding or dilation holes)
+    before reading it, features last whatever its layout."""
+    return any(w.pad_low or w.pad_high or w.lhs_dilate != 1 for w in conv.attrs["window"])
+
+
 @CONVOLUTIONS.rule("convolution")
 def features_last_convolution(conv, ctx):
     """conv(x) over NCHW == transpose(conv'(transpose(x))) with conv' over NHWC."""
@@ -75,7 +83,7 @@ def features_last_convolution(conv, ctx):
                                 dn.kernel_output_feature, dn.kernel_spatial, 0, spatial + 1,
                                 tuple(range(1, spatial + 1)))
     to_output = (dn.output_batch, *dn.output_spatial, dn.output_feature)
-    if x.shape.dims[dn.input_feature] <= FEW_FEATURES:   # a colour image: read as it is
+    if x.shape.dims[dn.input_feature] <= FEW_FEATURES and _copies_its_input(conv):   # a colour image: read as it is
         nhwc = ConvDimensionNumbers(dn.input_batch, dn.input_feature, dn.input_spatial, dn.kernel_input_feature,
                                     dn.kernel_output_feature, dn.kernel_spatial, 0, spatial + 1,
                                     tuple(range(1, spatial + 1)))
