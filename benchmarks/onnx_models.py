@@ -112,7 +112,8 @@ def merge_rounds(rounds: list[dict]) -> dict:
     """One framework's runs (run_models results, a model in several of them) as one: for
     each model the first run's first call and check and every run's timings pooled; a run
     that failed on a model makes its failure the model's result."""
-    merged = {k: v for k, v in rounds[0].items() if k != "results"}
+    ran = next((run for run in rounds if "unavailable" not in run), rounds[0])   # a process that failed says why
+    merged = {k: v for k, v in ran.items() if k != "results"}
     merged["results"] = {}
     for name in dict.fromkeys(n for run in rounds for n in run.get("results", {})):
         entries = [run["results"][name] for run in rounds if name in run.get("results", {})]

@@ -56,11 +56,12 @@ def test_model_rounds_pool_their_timings_and_keep_failures():
     second = {"framework": "pyxla", "version": "1", "results": {
         "a": {"first_call_s": 0.5, "correct": True, "times_s": [5.0, 4.0, 6.0], "median_s": 5.0},
         "b": {"error": "RuntimeError: out of memory"}}}
-    merged = merge_rounds([first, second])
+    crashed = {"framework": "pyxla", "unavailable": "process failed: killed", "results": {}}
+    merged = merge_rounds([crashed, first, second])
     a = merged["results"]["a"]
     assert a["median_s"] == 4.0 and a["repeats"] == 5 and a["first_call_s"] == 2.0
     assert merged["results"]["b"] == {"error": "RuntimeError: out of memory"}
-    assert merged["version"] == "1"
+    assert merged["version"] == "1" and "unavailable" not in merged
 
 
 def test_each_model_runs_on_both_frameworks_back_to_back(tmp_path, monkeypatch):

@@ -241,11 +241,10 @@ def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, p
         segment = ceil(run / ceil(run / segment))   # segments of equal length
     return TilePlan(g, lanes, vectors, positions, taps, panel, group_columns, panels, total,
                     block_positions, block_panels, pack, panel_ordered, stage, input_spatial, run_taps, segment,
-                    _pixel_step(g, lhs, stage, input_spatial, positions))
+                    _pixel_step(g, lhs, stage, positions))
 
 
-def _pixel_step(g: ConvGeometry, lhs: ArrayShape, stage: bool, input_spatial: tuple[int, ...],
-                positions: int) -> int | None:
+def _pixel_step(g: ConvGeometry, lhs: ArrayShape, stage: bool, positions: int) -> int | None:
     """Elements between the input pixels of neighbouring positions when no tile crosses
     the end of an output row: the tiles' positions divide the row (and so every block's
     tiles, whole tiles but for a last one moved back to end where a row ends). The tile then

@@ -271,7 +271,6 @@ class _VectorRow:
         out = linear_index(b, (*prefix, x), root.shape.dims, root.shape.minor_to_major)
         b.store(result, b.gep(ke.out_ptr, [out], source_etype=self.st)).align = self.x.shape.dtype.bytes
 
-
     def _init_is_identity(self) -> bool:
         """Whether the init value changes no maximum (-inf) or minimum (+inf): then it is
         left out of the fold (a clamped window holds an element)."""
@@ -284,7 +283,7 @@ class _VectorRow:
         is one: the plain fold is kept unless a lane met a NaN or came out as the zero that
         may be of the wrong sign (-0 for a maximum, +0 for a minimum), and only then the
         exact fold is computed (3x3 stride-2 max pools over 192 x 56 x 56 features last:
-        73 -> 50 us)."""
+        73 -> 53 us)."""
         b = self.ke.b
         if len(values) == 1:
             return values[0]
