@@ -39,7 +39,7 @@ class HloModule:
         their names taken, which costs nothing (scanning after every removal, as fusion
         removes instructions, took DenseNet-121's passes 0.58 s)."""
         added = HloComputation.additions + self._computations_added
-        if getattr(self, "_names", None) is None or added - self._names_synced > self._issued:
+        if self._names is None or added - self._names_synced > self._issued:
             self._names = {c.name for c in self.computations}
             self._names.update(i.name for c in self.computations for i in c.instructions)
             self._names_synced, self._issued = added, 0
