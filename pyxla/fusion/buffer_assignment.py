@@ -172,15 +172,15 @@ def _read_elsewhere(instr: HloInstruction, operand: HloInstruction) -> bool:
     return any(o is not operand and mine & set(_leaves(o)) for o in instr.operands)
 
 
-def elementwise_reach(value: HloInstruction) -> set[int] | None:
-    """The ids of every instruction `value` flows into inside its computation, when each is
-    elementwise over arrays of value's dims (so output element i reads only element i of
-    value); None otherwise."""
+def elementwise_reach(value: HloInstruction, stop: HloInstruction | None = None) -> set[int] | None:
+    """The ids of every instruction `value` flows into inside its computation (short of
+    `stop`, which may read it any way), when each is elementwise over arrays of value's
+    dims (so output element i reads only element i of value); None otherwise."""
     pending, seen = [value], set()
     while pending:
         v = pending.pop()
         for u in v.users:
-            if id(u) in seen:
+            if id(u) in seen or u is stop:
                 continue
             seen.add(id(u))
             if (op_def(u.opcode).fusion_kind != "elementwise" or not isinstance(u.shape, ArrayShape)
@@ -190,13 +190,14 @@ def elementwise_reach(value: HloInstruction) -> set[int] | None:
     return seen
 
 
-def read_elementwise(value: HloInstruction, root: HloInstruction) -> bool:
+def read_elementwise(value: HloInstruction, root: HloInstruction, stop: HloInstruction | None = None) -> bool:
     """Whether `root` reads `value` only through elementwise ops of value's dims, so that
     root's element i depends on value's element i alone (an epilogue may then run on a part
-    of value, in place, as soon as that part is computed)."""
+    of value, in place, as soon as that part is computed); `stop`, a user of root's, may
+    read root any way."""
     if root is value:
         return True
-    reach = elementwise_reach(value)
+    reach = elementwise_reach(value, stop)
     return reach is not None and id(root) in reach
 
 

@@ -42,6 +42,7 @@ class FusionPolicy:
     max_duplicated_users: int = 4     # a cheap producer may be recomputed for this many consumers
     max_fused_instructions: int = 200
     max_constant_elements: int = 1    # larger constants stay buffers, not fused literals
+    padded_convolution_output: bool = True   # a convolution's epilogue may end in a pad (a border)
 
     def refuse(self, producer: HloInstruction, consumer: HloInstruction) -> str | None:
         if not isinstance(producer.shape, ArrayShape):
@@ -122,6 +123,14 @@ class FusionPolicy:
         if merging is None and len(gemm.users) != 1:
             return f"{gemm.opcode} has {len(gemm.users)} users"
         root = consumer.attrs["calls"].root if consumer.opcode == "fusion" else consumer
+        convolution = gemm.opcode == "convolution" or \
+            (merging is not None and _contains(merging, lambda i: i.opcode == "convolution"))
+        if root.opcode == "pad" and convolution and self.padded_convolution_output:
+            root = root.operands[0]   # the result inside a border: the next convolution's padded input
+            if root.shape.dims != gemm.shape.dims:
+                return "pads something else"
+            if root.opcode == "parameter" or consumer.opcode != "fusion":
+                return None   # the product itself, padded
         if op_def(root.opcode).fusion_kind != "elementwise" or root.shape.dims != gemm.shape.dims:
             return f"{consumer.opcode} is not an elementwise epilogue of the same shape"
         if consumer.opcode == "fusion" and _contains(consumer, lambda i: i.opcode in OUTPUT_FUSION_ROOTS | {"reduce"}):

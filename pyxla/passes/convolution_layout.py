@@ -12,7 +12,13 @@ reductions, concatenation and padding) until it meets the next convolution's inp
 transpose and the two cancel. A chain of convolutions and the ops between them then runs
 features-last from the first transpose of the model's input to the end, where a global
 pool's reduction over the spatial dimensions needs no transpose at all. A transpose that
-meets an op it cannot pass (a reshape that shuffles channels) stays, as a copy.
+meets an op it cannot pass (a reshape that shuffles channels) stays, as a copy. Last, a
+padded convolution whose input is another features-last convolution's result (through
+its epilogue) and nothing else's gets that input padded by an explicit pad instead, which
+the fusion pass puts at the end of the producer's output fusion: the producer writes its
+result inside the zero border, where the padded convolution would copy its input with its
+border on every call (Inception v2 16.5 -> 16.0 ms, VGG-19 132 -> 131, ResNet-50 the same,
+in one process).
 
 Left in NCHW: grouped convolutions, whose kernels read feature planes (depthwise ones,
 conv_depthwise.py; ShuffleNet's grouped 1x1 ones, conv_planes.py: ShuffleNet ran 2.8 ->
@@ -26,16 +32,20 @@ against 294 for its copy of the NCHW image).
 """
 from __future__ import annotations
 
-from ..hlo.attributes import ConvDimensionNumbers, features_first
+from dataclasses import replace
+
+from ..hlo.attributes import ConvDimensionNumbers, PadDim, features_first
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape
 from .algebraic_simplifier import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE, identity_transpose, transpose_of_transpose
+from .dce import remove_dead_instructions
 from .hlo_pass import hlo_pass
 from .rewrite import RuleTable, apply_rules
 
 CONVOLUTIONS = RuleTable("convolution-layout")
 SINKING = RuleTable("transpose-sinking")
+PADDED_INPUTS = RuleTable("padded-inputs")
 FEW_FEATURES = 4
 
 
@@ -202,10 +212,56 @@ SINKING.rule("transpose")(identity_transpose)
 SINKING.rule("transpose")(transpose_of_transpose)
 
 
+# --- padded inputs ---------------------------------------------------------------------------
+
+def _product_of_convolution(x: HloInstruction, depth: int = 8) -> bool:
+    """Whether x is a features-last convolution's result, or elementwise ops of one (its
+    epilogue: bias, ReLU), each used by nothing else: what an output fusion computes."""
+    if len(x.users) != 1 or depth == 0:
+        return False
+    if x.opcode == "convolution":
+        dn = x.attrs["dim_labels"]
+        return features_first(x.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is False
+    if x.opcode not in UNARY_ELEMENTWISE and x.opcode not in BINARY_ELEMENTWISE:
+        return False
+    return any(o.shape.dims == x.shape.dims and _product_of_convolution(o, depth - 1) for o in x.operands)
+
+
+@PADDED_INPUTS.rule("convolution")
+def padded_input(conv, ctx):
+    """conv(x) with its window padded == conv'(pad(x)) unpadded, when x is another
+    features-last convolution's result used by nothing else: the fusion pass lets that
+    convolution write its result inside the zero border (an output fusion ending in the
+    pad), where conv would copy x with its border on every call (3-9% of a padded 3x3 at
+    56x56 or 28x28)."""
+    dn: ConvDimensionNumbers = conv.attrs["dim_labels"]
+    window = conv.attrs["window"]
+    x, kernel = conv.operands
+    if not conv.shape.dtype.is_float or not window or \
+            features_first(x.shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial) is not False or \
+            not any(w.pad_low > 0 or w.pad_high > 0 for w in window) or \
+            any(w.pad_low < 0 or w.pad_high < 0 or w.lhs_dilate != 1 for w in window) or \
+            not _product_of_convolution(x):
+        return None
+    padding = [PadDim(0, 0)] * x.shape.rank
+    dims = list(x.shape.dims)
+    for d, w in zip(dn.input_spatial, window):
+        padding[d] = PadDim(w.pad_low, w.pad_high)
+        dims[d] += w.pad_low + w.pad_high
+    zero = ctx.constant(0, ArrayShape(x.shape.dtype, ()), like=conv)
+    padded = ctx.add("pad", [x, zero], ArrayShape(x.shape.dtype, tuple(dims)), {"padding": tuple(padding)}, like=conv)
+    unpadded = tuple(replace(w, pad_low=0, pad_high=0) for w in window)
+    return ctx.add("convolution", [padded, kernel], conv.shape, dict(conv.semantic_attrs(), window=unpadded), like=conv)
+
+
 @hlo_pass("convolution-layout")
 def convolution_layout(module: HloModule) -> bool:
-    """Convolutions over NHWC activations; transposes sunk until they cancel."""
+    """Convolutions over NHWC activations; transposes sunk until they cancel; a padded
+    convolution's input padded by the convolution that computes it."""
     if not apply_rules(module, CONVOLUTIONS):
         return False
     apply_rules(module, SINKING)
+    for comp in module.computations:   # the transposes that cancelled: dead users of what comes next
+        remove_dead_instructions(comp)
+    apply_rules(module, PADDED_INPUTS)
     return True

@@ -193,3 +193,34 @@ ENTRY main {{
     ks = kernels(module.entry)
     assert len(ks) == 1 and ks[0].attrs["kind"] == "kInput"
     assert_same_values(parse_module(text), module, rng)
+
+
+PADDED_CONVOLUTION = """HloModule padded
+ENTRY main {
+  x = f32[1,6,6,8] parameter(0)
+  w = f32[1,1,8,8] parameter(1)
+  b = f32[8] parameter(2)
+  c = f32[1,6,6,8] convolution(x, w), window={size=1x1}, dim_labels=b01f_01io->b01f
+  bb = f32[1,6,6,8] broadcast(b), dimensions={3}
+  a = f32[1,6,6,8] add(c, bb)
+  z = f32[] constant(0)
+  zb = f32[1,6,6,8] broadcast(z), dimensions={}
+  r = f32[1,6,6,8] maximum(a, zb)
+  v = f32[] constant(-1.5)
+  ROOT p = f32[1,9,8,8] pad(r, v), padding=0_0x1_2x0_2x0_0
+}
+"""
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_a_convolution_epilogue_may_end_in_a_pad(allowed, rng):
+    """A convolution, its bias and ReLU and a pad around them: one output fusion, whose
+    kernel writes the result inside the border (the next convolution's padded input)."""
+    module = fused(PADDED_CONVOLUTION, FusionPolicy(padded_convolution_output=allowed))
+    ks = kernels(module.entry)
+    if allowed:
+        assert [(k.opcode, k.attrs.get("kind")) for k in ks] == [("fusion", "kOutput")]
+        assert module.entry.root.attrs["calls"].root.opcode == "pad"
+    else:
+        assert sorted(k.attrs.get("kind") or k.opcode for k in ks) == ["convolution", "kLoop"]
+    assert_same_values(parse_module(PADDED_CONVOLUTION), module, rng, rtol=1e-5)

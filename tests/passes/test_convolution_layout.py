@@ -155,3 +155,34 @@ ENTRY main {
     after = run_pass(PASSES, text, rng, rtol=1e-5)
     reshape = after.entry.root
     assert reshape.operands[0].opcode == "transpose" and reshape.operands[0].operands[0].opcode == "negate"
+
+
+PADDED_CHAIN = """
+HloModule padded
+ENTRY main {
+  x = f32[1,8,9,9] parameter(0)
+  w1 = f32[1,1,8,16] parameter(1)
+  w2 = f32[3,3,16,8] parameter(2)
+  c1 = f32[1,16,9,9] convolution(x, w1), window={size=1x1}, dim_labels=bf01_01io->bf01
+  z = f32[] constant(0)
+  zb = f32[1,16,9,9] broadcast(z), dimensions={}
+  r = f32[1,16,9,9] maximum(c1, zb)
+  c2 = f32[1,8,9,9] convolution(r, w2), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01
+  ROOT out = %s
+}
+"""
+
+
+@pytest.mark.parametrize("root,rewritten", [
+    ("f32[1,8,9,9] negate(c2)", True),
+    ("(f32[1,8,9,9], f32[1,16,9,9]) tuple(c2, r)", False),   # the ReLU is used elsewhere too
+], ids=["only-user", "two-users"])
+def test_a_padded_input_is_padded_by_the_convolution_that_computes_it(root, rewritten, rng):
+    """conv(relu(conv(x))) padded by its window becomes conv(pad(relu(conv(x)))) unpadded,
+    the pad for the fusion pass to put at the end of the first convolution's epilogue;
+    not when the ReLU has another user (the pad would be a copy of its own)."""
+    after = run_pass(PASSES, PADDED_CHAIN % root, rng, rtol=1e-5)
+    second = _convolutions(after)[-1]
+    padded = second.operands[0].opcode == "pad"
+    assert padded == rewritten
+    assert all(w.pad_low == w.pad_high == (0 if rewritten else 1) for w in second.attrs["window"])

@@ -14,9 +14,11 @@ over the input features adds broadcast(input element) * kernel vector for each p
 vector. There is no patch matrix: per tap, each position of the tile reads its input pixel
 where it is, the tap only moving every position's pointer by the same offset.
 
-That needs every window inside the input and each pixel's features contiguous. An input
-that has padding or base dilation, or whose features are not its minor-most dimension
-(NCHW), is therefore first copied into kernel scratch with its features minor-most and the
+That needs every window inside the input and each pixel's features contiguous. A
+convolution's output fusion that ends in a pad (the next convolution's padded input,
+passes/convolution_layout.py) writes its result inside the border and fills the border.
+An input that has padding or base dilation, or whose features are not its minor-most
+dimension (NCHW), is otherwise first copied into kernel scratch with its features minor-most and the
 padding and dilation holes written as zeros (0 * inf stays NaN, as the evaluator's zero
 padding gives); an NHWC input without padding (a 1x1 or VALID convolution) is read where it
 is. When the input's pixels are also contiguous along the last spatial dimension, as they
@@ -357,10 +359,41 @@ def emit_conv_output_fusion(ke) -> None:
         return ke._emit_loop(root)
     if read_elementwise(conv, root):
         return emitter.emit(ke.out_ptr, ke.instr.shape, root)
+    if isinstance(emitter, TiledConvolution) and _padding_root(root) and read_elementwise(conv, root.operands[0], root):
+        # the result inside a zero border (passes/convolution_layout.py: the padding of the next
+        # convolution's input, written here rather than copied there)
+        lows = tuple(d.low for d in root.attrs["padding"])
+        _fill_border(ke, root, lows)
+        emitter.origin = lows
+        return emitter.emit(ke.out_ptr, ke.instr.shape, root.operands[0])
     result = ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
     emitter.emit(result, conv.shape, None)
     ke.e.buffer_reads[id(conv)] = lambda index: ke._load(result, conv.shape, index)
     ke._emit_loop(root)
+
+
+def _padding_root(root: HloInstruction) -> bool:
+    """A pad with no interior padding or cropping, of an f32/f64 value."""
+    return root.opcode == "pad" and all(d.low >= 0 and d.high >= 0 and d.interior == 0 for d in root.attrs["padding"])
+
+
+def _fill_border(ke, pad: HloInstruction, lows: tuple[int, ...]) -> None:
+    """The pad's value in every element of its result outside the padded operand: for each
+    dimension, the slabs before and after the operand's extent (the dimensions before it
+    within the operand's extent, those after it whole)."""
+    b = ke.b
+    shape, inner = pad.shape, pad.operands[0].shape.dims
+    ke.e.push_scope()
+    value = ke.e.value(pad.operands[1], ())
+    ke.e.pop_scope()
+    for d in range(shape.rank):
+        for start, count in ((0, lows[d]), (lows[d] + inner[d], shape.dims[d] - lows[d] - inner[d])):
+            if count <= 0:
+                continue
+            extents = [inner[k] if k < d else count if k == d else shape.dims[k] for k in range(shape.rank)]
+            offsets = [lows[k] if k < d else start if k == d else 0 for k in range(shape.rank)]
+            ke._loop_nest(extents, lambda i, offsets=offsets: ke._store(
+                ke.out_ptr, shape, tuple(b.add(x, i64(o)) if o else x for x, o in zip(i, offsets)), value), prod(extents))
 
 
 def _emitter(ke, conv: HloInstruction):
@@ -404,6 +437,7 @@ class TiledConvolution(ConvolutionEmitter):
                       panel_ordered=isinstance(self.formed_kernel, KernelPanels))
         self.g = self.p.g
         self.vector = ir.VectorType(self.st, self.p.lanes)
+        self.origin: tuple[int, ...] | None = None   # where the result starts in the output (a padded one)
 
     @staticmethod
     def kernel_form(conv: HloInstruction) -> KernelPanels | None:
@@ -822,6 +856,8 @@ class TiledConvolution(ConvolutionEmitter):
 
         def store(results):
             for index, feature, value in results:
+                if self.origin is not None:
+                    index = tuple(b.add(i, i64(o)) if o else i for i, o in zip(index, self.origin))
                 if p.group_columns == g.group_features:
                     ke._store(out_ptr, out_shape, index, value)
                 else:   # the padding of a group's last panel

@@ -12,6 +12,7 @@ from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS
 from pyxla.backends.cpu.llvm_jit import host_jit
 from pyxla.hlo import evaluate_module, parse_module
 
+from ...passes.test_convolution_layout import PADDED_CHAIN
 from .differential import assert_cpu_matches_interpreter
 
 REDUCERS = {
@@ -512,3 +513,51 @@ def test_tiles_divide_the_output_rows_where_they_can(width, panel_ordered, posit
                                     "b01f_01io->b01f")).entry.root
     x, w = (op.shape for op in conv.operands)
     assert conv_tiles.plan(conv, x, w, 2, panel_ordered=panel_ordered).positions == positions
+
+
+PADDED_OUTPUT = """HloModule padded
+ENTRY main {{
+  x = f32[2,6,7,24] parameter(0)
+  w = f32[3,3,24,40] parameter(1)
+  b = f32[40] parameter(2)
+  c = f32[2,6,7,40] convolution(x, w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+  bb = f32[2,6,7,40] broadcast(b), dimensions={{3}}
+  a = f32[2,6,7,40] add(c, bb)
+  z = f32[] constant(0)
+  zb = f32[2,6,7,40] broadcast(z), dimensions={{}}
+  r = f32[2,6,7,40] maximum(a, zb)
+  v = f32[] constant({value})
+  ROOT p = f32[{dims}] pad(r, v), padding={padding}
+}}
+"""
+
+
+@pytest.mark.parametrize("value,dims,padding,border", [
+    ("-1.5", "2,9,9,40", "0_0x1_2x0_2x0_0", True),     # a border of -1.5, wider below and right
+    ("0", "2,8,9,42", "0_0x1_1x1_1x1_1", True),         # features padded too
+    ("0", "2,5,7,40", "0_0x0_-1x0_0x0_0", False),       # a crop: the convolution computed apart
+], ids=["border", "features", "crop"])
+def test_convolution_writes_its_result_inside_a_border(value, dims, padding, border, rng, monkeypatch):
+    """An output fusion ending in a pad: the tiles write the epilogue's values at an offset
+    and the kernel fills the border with the pad's value; a pad that crops takes the
+    general route (the convolution into scratch, then the epilogue loop)."""
+    filled = []
+    fill = conv_tiles._fill_border
+    monkeypatch.setattr(conv_tiles, "_fill_border", lambda ke, pad, lows: filled.append(lows) or fill(ke, pad, lows))
+    text = PADDED_OUTPUT.format(value=value, dims=dims, padding=padding)
+    got = assert_cpu_matches_interpreter(text, rng, rtol=1e-5, atol=1e-4)
+    assert got[0].shape == tuple(map(int, dims.split(",")))
+    assert bool(filled) == border
+
+
+def test_a_padded_convolution_reads_its_input_padded_by_its_producer(rng, monkeypatch):
+    """After the layout pass, the 1x1 convolution writes its ReLU inside the zero border
+    the 3x3 one reads, which then copies nothing."""
+    filled, staged = [], []
+    fill = conv_tiles._fill_border
+    monkeypatch.setattr(conv_tiles, "_fill_border", lambda ke, pad, lows: filled.append(lows) or fill(ke, pad, lows))
+    stage = conv_tiles.TiledConvolution._stage_input
+    monkeypatch.setattr(conv_tiles.TiledConvolution, "_stage_input", lambda self: staged.append(1) or stage(self))
+    text = PADDED_CHAIN % "f32[1,8,9,9] negate(c2)"
+    assert_cpu_matches_interpreter(text, rng, rtol=1e-4, atol=1e-2)   # sums of 144 products, to ~1e3
+    assert filled == [(0, 1, 1, 0)] and not staged
