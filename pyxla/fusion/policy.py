@@ -123,9 +123,8 @@ class FusionPolicy:
         if merging is None and len(gemm.users) != 1:
             return f"{gemm.opcode} has {len(gemm.users)} users"
         root = consumer.attrs["calls"].root if consumer.opcode == "fusion" else consumer
-        convolution = gemm.opcode == "convolution" or \
-            (merging is not None and _contains(merging, lambda i: i.opcode == "convolution"))
-        if root.opcode == "pad" and convolution and self.padded_convolution_output:
+        if root.opcode == "pad" and self.padded_convolution_output and (gemm.opcode == "convolution" or (
+                merging is not None and _contains(merging, lambda i: i.opcode == "convolution"))):
             root = root.operands[0]   # the result inside a border: the next convolution's padded input
             if root.shape.dims != gemm.shape.dims:
                 return "pads something else"

@@ -373,7 +373,7 @@ def emit_conv_output_fusion(ke) -> None:
 
 
 def _padding_root(root: HloInstruction) -> bool:
-    """A pad with no interior padding or cropping, of an f32/f64 value."""
+    """A pad with no interior padding and no cropping: its operand lies whole inside it."""
     return root.opcode == "pad" and all(d.low >= 0 and d.high >= 0 and d.interior == 0 for d in root.attrs["padding"])
 
 
