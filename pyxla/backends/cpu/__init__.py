@@ -17,7 +17,7 @@ from pathlib import Path
 from ...compiler import CompiledModule, compile_module
 from ...hlo.module import HloModule
 from ...hlo.verifier import verify_module
-from . import bits, conv_depthwise, conv_planes, conv_pointwise, conv_tiles, convolution, indexing, rng, sorting, windows  # noqa: F401  (register their kernels and rules)
+from . import bits, conv_depthwise, conv_planes, conv_pointwise, conv_tiles, conv_winograd, convolution, indexing, rng, sorting, windows  # noqa: F401  (register their kernels and rules)
 from .codegen import ModuleCodegen
 from .executable import CpuExecutable
 from .parameter_forms import choose_parameter_forms

@@ -397,8 +397,10 @@ def _fill_border(ke, pad: HloInstruction, lows: tuple[int, ...]) -> None:
 
 
 def _emitter(ke, conv: HloInstruction):
-    """The emitter of the first entry of EMITTERS that fits `conv`, or None."""
-    return next((emitter(ke, conv) for accepts, emitter in EMITTERS if accepts(conv)), None)
+    """The emitter of the first entry of EMITTERS that fits `conv` and can run it as the
+    kernel comes (`usable`: the Winograd route needs its kernel's transform), or None."""
+    emitters = (emitter(ke, conv) for accepts, emitter in EMITTERS if accepts(conv))
+    return next((emitter for emitter in emitters if getattr(emitter, "usable", True)), None)
 
 
 class ConvolutionEmitter:
@@ -406,6 +408,7 @@ class ConvolutionEmitter:
     its element type, its operands' buffers, the form its kernel comes in when that is not
     its layout's (`kernel_form`, see parameter_forms.py) and the worker pool (None: one
     thread)."""
+    usable = True   # whether it can run the convolution as its kernel comes (see _emitter)
 
     def __init__(self, ke, conv: HloInstruction):
         self.ke, self.b, self.conv = ke, ke.b, conv
@@ -828,54 +831,56 @@ class TiledConvolution(ConvolutionEmitter):
         ke, b, g, p = self.ke, self.b, self.g, self.p
         dn = g.dn
 
-        def results(position, q, lanes, at=None):
-            """[(output index, value)] of lanes `lanes` of panel q at a position (whose batch
-            element and spatial index are `at`, when known)."""
+        def store(position, q, lanes, at=None):
+            """Lanes `lanes` of panel q at a position (whose batch element and spatial index
+            are `at`, when known) to the output."""
             group, column = (b.udiv(q, i64(p.panels_per_group)), b.urem(q, i64(p.panels_per_group))) \
                 if g.groups > 1 else (i64(0), q)
             batch, spatial = at if at is not None else self._position(position)
             row = b.mul(b.add(b.sub(position, first), i64(p.positions)), i64(p.block_columns))
             row = b.add(row, b.mul(b.sub(q, first_panel), i64(p.panel_columns)))
-            out = []
             for lane in lanes:
-                feature = b.add(b.mul(column, i64(p.panel_columns)), lane)
-                index = [None] * out_shape.rank
-                index[dn.output_batch] = batch
-                index[dn.output_feature] = b.add(b.mul(group, i64(g.group_features)), feature) \
-                    if g.groups > 1 else feature
-                for d, i in zip(dn.output_spatial, spatial):
-                    index[d] = i
                 value = b.load(b.gep(block, [b.add(row, lane)], source_etype=self.st), typ=self.st)
-                if epilogue is not None:
-                    ke.e.push_scope()
-                    ke.e.buffer_reads[id(self.conv)] = lambda _index, value=value: value
-                    value = ke.e.value(epilogue, tuple(index))
-                    ke.e.pop_scope()
-                out.append((tuple(index), feature, value))
-            return out
-
-        def store(results):
-            for index, feature, value in results:
-                if self.origin is not None:
-                    index = tuple(b.add(i, i64(o)) if o else i for i, o in zip(index, self.origin))
-                if p.group_columns == g.group_features:
-                    ke._store(out_ptr, out_shape, index, value)
-                else:   # the padding of a group's last panel
-                    with b.if_then(b.icmp_unsigned("<", feature, i64(g.group_features))):
-                        ke._store(out_ptr, out_shape, index, value)
+                self._store_result(out_ptr, out_shape, epilogue, batch, spatial, group,
+                                   b.add(b.mul(column, i64(p.panel_columns)), lane), value)
 
         if _minor(out_shape, dn.output_feature):
             counted_loop(b, first, end, lambda position: counted_loop(
                 b, first_panel, end_panel,
-                lambda q: for_range(b, [p.panel_columns], lambda lane: store(results(position, q, lane)))))
+                lambda q: for_range(b, [p.panel_columns], lambda lane: store(position, q, lane))))
         else:
             def row(start, at, begin, stop):
                 def columns(q, lane):
-                    counted_loop(b, begin, stop, lambda x: store(results(
-                        b.add(start, x), q, lane, (at[0], (*at[1], x)[:len(g.output_spatial)]))))
+                    counted_loop(b, begin, stop, lambda x: store(
+                        b.add(start, x), q, lane, (at[0], (*at[1], x)[:len(g.output_spatial)])))
                 counted_loop(b, first_panel, end_panel,
                              lambda q: for_range(b, [p.panel_columns], lambda lane: columns(q, lane)))
             self._by_rows(first, end, row)
+
+    def _store_result(self, out_ptr, out_shape: ArrayShape, epilogue, batch, spatial, group, feature,
+                      value) -> None:
+        """One result of the convolution, output feature `feature` of `group` (counted within
+        the group's panels) at (batch element, spatial index), through the epilogue to the
+        output; nothing for a feature of a group's last panel past the group's features."""
+        ke, b, g, p = self.ke, self.b, self.g, self.p
+        dn = g.dn
+        index = [None] * out_shape.rank
+        index[dn.output_batch] = batch
+        index[dn.output_feature] = b.add(b.mul(group, i64(g.group_features)), feature) if g.groups > 1 else feature
+        for d, i in zip(dn.output_spatial, spatial):
+            index[d] = i
+        if epilogue is not None:
+            ke.e.push_scope()
+            ke.e.buffer_reads[id(self.conv)] = lambda _index: value
+            value = ke.e.value(epilogue, tuple(index))
+            ke.e.pop_scope()
+        if self.origin is not None:
+            index = [b.add(i, i64(o)) if o else i for i, o in zip(index, self.origin)]
+        if p.group_columns == g.group_features:
+            ke._store(out_ptr, out_shape, tuple(index), value)
+        else:   # the padding of a group's last panel
+            with b.if_then(b.icmp_unsigned("<", feature, i64(g.group_features))):
+                ke._store(out_ptr, out_shape, tuple(index), value)
 
     def _by_rows(self, first, end, body) -> None:
         """body(first position of the row, (batch element, spatial index but the last), first

@@ -29,8 +29,8 @@ ENTRY e {{
 
 
 CASES = {
-    # NCHW with an HWIO kernel, 'same' padding: a ResNet 3x3
-    "nchw 3x3": _conv("1,64,14,14", "3,3,64,64", "1,64,14,14", "size=3x3 pad=1_1x1_1", "bf01_01io->bf01"),
+    # NCHW with an HWIO kernel, 'same' padding: a ResNet 3x3 (at 7x7: too few tiles for conv_winograd.py)
+    "nchw 3x3": _conv("1,64,7,7", "3,3,64,64", "1,64,7,7", "size=3x3 pad=1_1x1_1", "bf01_01io->bf01"),
     # an OIHW kernel (ONNX's own order), strided
     "oihw stride 2": _conv("2,16,15,15", "32,16,3,3", "2,32,7,7", "size=3x3 stride=2x2", "bf01_oi01->bf01"),
     # 48 output features: the second panel zero-padded

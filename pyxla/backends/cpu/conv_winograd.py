@@ -1,0 +1,311 @@
+"""3x3 convolutions of stride 1 by Winograd's minimal filtering F(2x2, 3x3) (f32, f64): each
+2x2 block of output pixels (a tile) is computed from the 4x4 input patch under it with 16
+products per input feature and output feature where the direct sum takes 36, so the
+multiplications, the work of a convolution, drop 2.25-fold for 16/36 more additions.
+
+    Y = A^T [ (G g G^T) . (B^T d B) ] A
+
+g is the 3x3 kernel of one input and one output feature, d the 4x4 input patch, `.` the
+product element by element; the 16 products summed over the input features are 16 matrix
+products, one per element xi of the 4x4 transform: M[xi] = V[xi] (tiles x input features)
+times U[xi] (input features x output features). The kernel's transform U is made once,
+in float64, when the weights are bound (WinogradKernel, a form of parameter_forms.py), so
+this route is taken only for a kernel that is a constant parameter (an ONNX model's
+weights); the coefficients of F(2x2, 3x3) are 0, +-1 and +-1/2, so the results round as
+the direct sum's do.
+
+A task takes a run of tiles (row-major over batch, tile row, tile column) and a block of
+panels of output features. For each strip of TILES tiles it transforms their input patches
+into V (on its stack, [xi][tile][input feature]); then, panel by panel, it multiplies each
+xi's V by the panel's U[xi] in the register tiles of conv_tiles.py (TILES tiles x one panel
+of output features, the tile's accumulators in registers, one loop over the input
+features), keeps M on its stack and transforms it back into 2x2 output pixels, written
+through the epilogue. An output of odd height or width ends in a tile moved back by one
+pixel, whose pixels the tile before it has written are not written again; a strip moved
+back to end where the task's tiles end writes only its tiles past the strip before it.
+
+The input is read as the tiles read it (conv_tiles.TiledConvolution._stage_input: padding
+written as zeros, features minor-most), or in place when it is NHWC and unpadded (the
+padded input a producer writes, passes/convolution_layout.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, prod
+
+import llvmlite.ir as ir
+import numpy as np
+
+from ...hlo.instruction import HloInstruction
+from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from .conv_tiles import EMITTERS, TiledConvolution, _panels, _strides, fits as tiles_fit, output_tiles_first
+from .convolution import ConvGeometry
+from .elemental import alloca_in_entry, etype
+from .ir_types import i64, smin
+from .llvm_jit import host_jit
+from .loops import for_range
+from .parallel import emit_parallel_tasks
+from .sorting import counted_loop
+
+# F(2x2, 3x3): kernel, input and output transforms (Lavin and Gray, "Fast Algorithms for
+# Convolutional Neural Networks", 2016).
+KERNEL_TRANSFORM = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])   # G
+INPUT_TRANSFORM = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])             # B^T
+OUTPUT_TRANSFORM = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])                                         # A^T
+PATCH = 4
+OUTPUT_TILE = 2
+POINTS = PATCH * PATCH     # xi: the elements of a transformed patch
+# Tiles per strip: the positions of a register tile (conv_tiles.PANEL_TILE_POSITIONS' first).
+TILES = {32: 6, 64: 14}
+# Each strip reads its panels' whole transformed kernel, 16/9 of the kernel: a convolution
+# with more kernel than this, or fewer tiles, reads more kernel than it saves work (ResNet-50's
+# 3x3 512 -> 512 at 7x7, 16 tiles: 865-946 -> 988-1408 us), and keeps the direct tiles.
+MAX_KERNEL_BYTES = 1 << 22
+MIN_TILES = 32
+
+
+@dataclass(frozen=True)
+class WinogradKernel:
+    """The kernel's transform as the tiles read it: U = G g G^T for every input and output
+    feature, [panel][xi][input feature][the panel's output features], the output features
+    zero-padded to whole panels."""
+    output_dim: int
+    input_dim: int
+    spatial_dims: tuple[int, ...]
+    panel_columns: int
+
+    def pack(self, kernel: np.ndarray) -> np.ndarray:
+        g = np.transpose(kernel, (*self.spatial_dims, self.input_dim, self.output_dim)).astype(np.float64)
+        u = np.einsum("ai,ijco,bj->abco", KERNEL_TRANSFORM, g, KERNEL_TRANSFORM)
+        u = u.reshape(POINTS, *u.shape[2:]).astype(kernel.dtype)
+        return output_tiles_first(u, 1, self.panel_columns)
+
+
+def fits(conv: HloInstruction) -> bool:
+    """A 3x3 window of stride 1 without dilation or reversal, one group, input features a
+    whole number of vectors, an output at least one tile high and wide."""
+    if not tiles_fit(conv):
+        return False
+    g = ConvGeometry.of(conv)
+    lanes = host_jit().vector_bytes // etype(conv).bytes
+    return len(g.window) == 2 and g.groups == 1 and g.batch_groups == 1 and \
+        all(w.size == 3 and w.stride == 1 and w.lhs_dilate == 1 and w.rhs_dilate == 1 and not w.reversal and
+            w.pad_low >= 0 and w.pad_high >= 0 for w in g.window) and \
+        g.input_features % lanes == 0 and all(n >= OUTPUT_TILE for n in g.output_spatial) and \
+        POINTS * g.input_features * g.group_features * etype(conv).bytes <= MAX_KERNEL_BYTES and \
+        g.batch * prod(ceil(n / OUTPUT_TILE) for n in g.output_spatial) >= MIN_TILES
+
+
+@dataclass(frozen=True)
+class WinogradPlan:
+    tiles_y: int
+    tiles_x: int
+    total: int                 # tiles of the whole output
+    tiles: int                 # tiles per strip
+    block_strips: int          # a task's strips ...
+    block_panels: int          # ... and panels
+
+    @property
+    def strips(self) -> int:
+        return ceil(self.total / self.tiles)
+
+    @property
+    def strip_blocks(self) -> int:
+        return ceil(self.strips / self.block_strips)
+
+
+class WinogradConvolution(TiledConvolution):
+    def __init__(self, ke, conv: HloInstruction):
+        super().__init__(ke, conv)
+        self.usable = isinstance(self.formed_kernel, WinogradKernel)
+        g, p = self.g, self.p
+        height, width = g.output_spatial
+        tiles_y, tiles_x = ceil(height / OUTPUT_TILE), ceil(width / OUTPUT_TILE)
+        total = g.batch * tiles_y * tiles_x
+        tiles = min(TILES[host_jit().vector_bytes], total)
+        strips = ceil(total / tiles)
+        work = total * POINTS * g.input_features * p.panels * p.panel_columns
+        wanted = self.threads * TASKS_PER_THREAD if self.threads > 1 and work >= PARALLEL_MIN_WORK else 1
+        block_strips = ceil(strips / min(strips, wanted))
+        panel_cut = max(1, min(p.panels, wanted // ceil(strips / block_strips)))
+        self.w = WinogradPlan(tiles_y, tiles_x, total, tiles, block_strips, ceil(p.panels / panel_cut))
+
+    @staticmethod
+    def kernel_form(conv: HloInstruction) -> WinogradKernel:
+        g = ConvGeometry.of(conv)
+        _, _, panel = _panels(g, etype(conv))
+        dn = g.dn
+        return WinogradKernel(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), panel)
+
+    def emit(self, out_ptr, out_shape, epilogue) -> None:
+        if self.p.stage_input:
+            self._stage_input()
+        w, p = self.w, self.p
+        panel_blocks = ceil(p.panels / w.block_panels)
+        n_tasks = w.strip_blocks * panel_blocks
+
+        def task(index):
+            self.ke.e.push_scope()
+            self._strips(index, panel_blocks, out_ptr, out_shape, epilogue)
+            self.ke.e.pop_scope()
+
+        if n_tasks == 1:
+            task(i64(0))
+        elif self.pool is not None:
+            emit_parallel_tasks(self.b, self.pool, n_tasks, task)
+        else:
+            counted_loop(self.b, i64(0), i64(n_tasks), task)
+
+    # --- one task ---------------------------------------------------------------------------------
+    def _strips(self, task, panel_blocks: int, out_ptr, out_shape, epilogue) -> None:
+        b, p, w = self.b, self.p, self.w
+        features = self.g.input_features
+        sb, qb = (b.udiv(task, i64(panel_blocks)), b.urem(task, i64(panel_blocks))) if panel_blocks > 1 \
+            else (task, i64(0))
+        first = b.mul(sb, i64(w.block_strips * w.tiles))
+        end = smin(b, b.add(first, i64(w.block_strips * w.tiles)), i64(w.total))
+        first_panel = b.mul(qb, i64(w.block_panels))
+        end_panel = smin(b, b.add(first_panel, i64(w.block_panels)), i64(p.panels))
+        transformed = self._stack_block(POINTS * w.tiles * features)       # V
+        products = self._stack_block(POINTS * w.tiles * p.panel_columns)   # M
+        pixels = self._stack_block(OUTPUT_TILE * OUTPUT_TILE * p.panel_columns)
+        strips = b.udiv(b.add(b.sub(end, first), i64(w.tiles - 1)), i64(w.tiles))
+
+        def strip(s):
+            nominal = b.add(first, b.mul(s, i64(w.tiles)))
+            start = smin(b, nominal, b.sub(end, i64(w.tiles)))
+            counted_loop(b, i64(0), i64(w.tiles), lambda t: self._transform_input(b.add(start, t), t, transformed))
+
+            def panel(q):
+                counted_loop(b, i64(0), i64(POINTS), lambda xi: self._multiply(xi, q, transformed, products))
+                counted_loop(b, i64(0), i64(w.tiles), lambda t: self._transform_output(
+                    b.add(start, t), t, nominal, q, products, pixels, out_ptr, out_shape, epilogue))
+            counted_loop(b, first_panel, end_panel, panel)
+
+        counted_loop(b, i64(0), strips, strip)
+
+    def _tile_origin(self, tile) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
+        """(batch element, top row, left column, nominal top row, nominal left column) of a
+        tile's output pixels; a tile past an odd height or width is moved back one pixel."""
+        b, w = self.b, self.w
+        height, width = self.g.output_spatial
+        per_image = w.tiles_y * w.tiles_x
+        batch, inside = b.udiv(tile, i64(per_image)), b.urem(tile, i64(per_image))
+        y = b.mul(b.udiv(inside, i64(w.tiles_x)), i64(OUTPUT_TILE))
+        x = b.mul(b.urem(inside, i64(w.tiles_x)), i64(OUTPUT_TILE))
+        return batch, smin(b, y, i64(height - OUTPUT_TILE)), smin(b, x, i64(width - OUTPUT_TILE)), y, x
+
+    def _transform_input(self, tile, t, transformed) -> None:
+        """V[xi][t][:] = B^T d B for the tile's 4x4 input patch d, a vector of input features
+        at a time."""
+        b, g, p = self.b, self.g, self.p
+        dn = g.dn
+        strides = _strides(self.lhs_shape)
+        batch, y, x, _, _ = self._tile_origin(tile)
+        row_step, column_step = strides[dn.input_spatial[0]], strides[dn.input_spatial[1]]
+        corner = b.add(b.mul(batch, i64(strides[dn.input_batch])),
+                       b.add(b.mul(y, i64(row_step)), b.mul(x, i64(column_step))))
+        features = g.input_features
+
+        def vector(c):
+            patch = [[self._load(self.lhs_ptr, b.add(corner, b.add(c, i64(i * row_step + j * column_step))))
+                      for j in range(PATCH)] for i in range(PATCH)]
+            values = _two_sided(b, INPUT_TRANSFORM, patch)                               # B^T d B
+            base = b.add(b.mul(t, i64(features)), c)
+            for i in range(PATCH):
+                for j in range(PATCH):
+                    self._store(transformed, b.add(base, i64((i * PATCH + j) * self.w.tiles * features)),
+                                values[i][j])
+        counted_loop(b, i64(0), i64(features), vector, step=p.lanes)
+
+    def _multiply(self, xi, q, transformed, products) -> None:
+        """M[xi][t][panel q] = V[xi][t][:] . U[q][xi]: a register tile of the strip's tiles by
+        the panel over the input features."""
+        b, p, w = self.b, self.p, self.w
+        features = self.g.input_features
+        source = b.gep(transformed, [b.mul(xi, i64(w.tiles * features))], source_etype=self.st)
+        inputs = [(source, t * features) for t in range(w.tiles)]
+        kernel = b.gep(self.rhs_ptr, [b.mul(b.add(b.mul(q, i64(POINTS)), xi), i64(features * p.panel_columns))],
+                       source_etype=self.st)
+        accumulators = [[alloca_in_entry(b, self.vector) for _ in range(p.vectors)] for _ in range(w.tiles)]
+        zero = ir.Constant(self.vector, None)
+        for row in accumulators:
+            for slot in row:
+                b.store(zero, slot)
+        self._dot(inputs, kernel, p.panel_columns, accumulators, i64(0), i64(features))
+        base = b.mul(xi, i64(w.tiles * p.panel_columns))
+        for t, row in enumerate(accumulators):
+            for v, slot in enumerate(row):
+                self._store(products, b.add(base, i64(t * p.panel_columns + v * p.lanes)), b.load(slot))
+
+    def _transform_output(self, tile, t, nominal, q, products, pixels, out_ptr, out_shape, epilogue) -> None:
+        """The tile's 2x2 output pixels A^T M A for panel q, through the epilogue to the
+        output: those of a tile before `nominal` (the strip before wrote them) or before the
+        tile's nominal origin (the tile before wrote them) are left."""
+        b, p, w = self.b, self.p, self.w
+        batch, y, x, y_nominal, x_nominal = self._tile_origin(tile)
+        for v in range(p.vectors):
+            base = b.add(b.mul(t, i64(p.panel_columns)), i64(v * p.lanes))
+            m = [[self._load(products, b.add(base, i64((i * PATCH + j) * w.tiles * p.panel_columns)))
+                  for j in range(PATCH)] for i in range(PATCH)]
+            values = _two_sided(b, OUTPUT_TRANSFORM, m)                                  # A^T M A
+            for i in range(OUTPUT_TILE):
+                for j in range(OUTPUT_TILE):
+                    self._store(pixels, i64((i * OUTPUT_TILE + j) * p.panel_columns + v * p.lanes), values[i][j])
+        mine = b.icmp_signed(">=", tile, nominal)
+        column = b.mul(q, i64(p.panel_columns))
+        for i in range(OUTPUT_TILE):
+            for j in range(OUTPUT_TILE):
+                wanted = mine
+                if i == 0:
+                    wanted = b.and_(wanted, b.icmp_signed("==", y, y_nominal))
+                if j == 0:
+                    wanted = b.and_(wanted, b.icmp_signed("==", x, x_nominal))
+                at = (b.add(y, i64(i)), b.add(x, i64(j)))
+                offset = (i * OUTPUT_TILE + j) * p.panel_columns
+
+                def lane(index, at=at, offset=offset):
+                    value = b.load(b.gep(pixels, [b.add(index[0], i64(offset))], source_etype=self.st), typ=self.st)
+                    self._store_result(out_ptr, out_shape, epilogue, batch, at, i64(0), b.add(column, index[0]), value)
+                with b.if_then(wanted):
+                    for_range(b, [p.panel_columns], lane)
+
+    def _load(self, base, offset) -> ir.Value:
+        value = self.b.load(self.b.gep(base, [offset], source_etype=self.st), typ=self.vector)
+        value.align = self.t.bytes
+        return value
+
+    def _store(self, base, offset, value) -> None:
+        self.b.store(value, self.b.gep(base, [offset], source_etype=self.st)).align = self.t.bytes
+
+
+def _two_sided(b: ir.IRBuilder, matrix: np.ndarray, patch: list[list[ir.Value]]) -> list[list[ir.Value]]:
+    """matrix @ patch @ matrix^T."""
+    rows = _combine(b, matrix, patch)
+    return _transposed(_combine(b, matrix, _transposed(rows)))
+
+
+def _transposed(m: list[list]) -> list[list]:
+    return [list(r) for r in zip(*m)]
+
+
+def _combine(b: ir.IRBuilder, matrix: np.ndarray, rows: list[list[ir.Value]]) -> list[list[ir.Value]]:
+    """matrix @ rows, for a matrix of 0 and +-1 and rows of vectors: sums and differences."""
+    out = []
+    for coefficients in matrix:
+        row = []
+        for k in range(len(rows[0])):
+            total = None
+            for c, r in zip(coefficients, rows):
+                if c == 0:
+                    continue
+                if total is None:
+                    total = r[k] if c > 0 else b.fneg(r[k])
+                else:
+                    total = b.fadd(total, r[k]) if c > 0 else b.fsub(total, r[k])
+            row.append(total)
+        out.append(row)
+    return out
+
+
+EMITTERS.insert(0, (fits, WinogradConvolution))
