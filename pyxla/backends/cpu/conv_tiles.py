@@ -397,10 +397,8 @@ def _fill_border(ke, pad: HloInstruction, lows: tuple[int, ...]) -> None:
 
 
 def _emitter(ke, conv: HloInstruction):
-    """The emitter of the first entry of EMITTERS that fits `conv` and can run it as the
-    kernel comes (`usable`: the Winograd route needs its kernel's transform), or None."""
-    emitters = (emitter(ke, conv) for accepts, emitter in EMITTERS if accepts(conv))
-    return next((emitter for emitter in emitters if getattr(emitter, "usable", True)), None)
+    """The emitter of the first entry of EMITTERS that fits `conv`, or None."""
+    return next((emitter(ke, conv) for accepts, emitter in EMITTERS if accepts(conv)), None)
 
 
 class ConvolutionEmitter:
@@ -408,8 +406,6 @@ class ConvolutionEmitter:
     its element type, its operands' buffers, the form its kernel comes in when that is not
     its layout's (`kernel_form`, see parameter_forms.py) and the worker pool (None: one
     thread)."""
-    usable = True   # whether it can run the convolution as its kernel comes (see _emitter)
-
     def __init__(self, ke, conv: HloInstruction):
         self.ke, self.b, self.conv = ke, ke.b, conv
         self.t = etype(conv)

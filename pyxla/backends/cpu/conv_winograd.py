@@ -9,10 +9,11 @@ g is the 3x3 kernel of one input and one output feature, d the 4x4 input patch, 
 product element by element; the 16 products summed over the input features are 16 matrix
 products, one per element xi of the 4x4 transform: M[xi] = V[xi] (tiles x input features)
 times U[xi] (input features x output features). The kernel's transform U is made once,
-in float64, when the weights are bound (WinogradKernel, a form of parameter_forms.py), so
-this route is taken only for a kernel that is a constant parameter (an ONNX model's
-weights); the coefficients of F(2x2, 3x3) are 0, +-1 and +-1/2, so the results round as
-the direct sum's do.
+in float64, when the weights are bound (WinogradKernel, a form of parameter_forms.py) for a
+kernel that is a constant parameter (an ONNX model's weights), and by the kernel itself on
+every call otherwise (as pyxla.jit passes its arguments: the CNN block benchmark 14.6 ->
+7.7 ms). The coefficients of F(2x2, 3x3) are 0, +-1 and +-1/2, so the results round as
+the direct sum's do (the CNN block's largest error against float64 5.1e-6 -> 1.7e-6).
 
 A task takes a run of tiles (row-major over batch, tile row, tile column) and a block of
 panels of output features. For each strip of TILES tiles it transforms their input patches
@@ -83,7 +84,8 @@ class WinogradKernel:
 
 def fits(conv: HloInstruction) -> bool:
     """A 3x3 window of stride 1 without dilation or reversal, one group, input features a
-    whole number of vectors, an output at least one tile high and wide."""
+    whole number of vectors, an output at least one tile high and wide and MIN_TILES tiles
+    in all."""
     if not tiles_fit(conv):
         return False
     g = ConvGeometry.of(conv)
@@ -116,7 +118,6 @@ class WinogradPlan:
 class WinogradConvolution(TiledConvolution):
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
-        self.usable = isinstance(self.formed_kernel, WinogradKernel)
         g, p = self.g, self.p
         height, width = g.output_spatial
         tiles_y, tiles_x = ceil(height / OUTPUT_TILE), ceil(width / OUTPUT_TILE)
@@ -143,6 +144,8 @@ class WinogradConvolution(TiledConvolution):
     def emit(self, out_ptr, out_shape, epilogue) -> None:
         if self.p.stage_input:
             self._stage_input()
+        if not isinstance(self.formed_kernel, WinogradKernel):
+            self._transform_kernel()
         w, p = self.w, self.p
         panel_blocks = ceil(p.panels / w.block_panels)
         n_tasks = w.strip_blocks * panel_blocks
@@ -158,6 +161,33 @@ class WinogradConvolution(TiledConvolution):
             emit_parallel_tasks(self.b, self.pool, n_tasks, task)
         else:
             counted_loop(self.b, i64(0), i64(n_tasks), task)
+
+    def _transform_kernel(self) -> None:
+        """U = G g G^T into kernel scratch on every call, in WinogradKernel's order, for a
+        kernel that is not a constant parameter (as pyxla.jit passes its arguments): the
+        output features innermost, so the loop vectorises over them."""
+        ke, b, g, p = self.ke, self.b, self.g, self.p
+        extents = (p.panels, g.input_features, p.panel_columns)
+        ptr = ke.reserve_scratch(POINTS * p.panels * g.input_features * p.panel_columns * self.t.bytes)
+        source, shape = self.rhs_ptr, self.rhs_shape
+        zero = ir.Constant(self.st, 0.0)
+
+        def transform(index):
+            q, feature, lane = index
+            out_feature = b.add(b.mul(q, i64(p.panel_columns)), lane)
+            inside = b.icmp_unsigned("<", out_feature, i64(g.group_features))
+            feature_of = smin(b, out_feature, i64(g.group_features - 1))   # (a padded lane reads a real one)
+            taps = [[b.select(inside, ke._load(source, shape, g.kernel_index(b, feature_of, feature, (i64(i), i64(j)))),
+                              zero) for j in range(3)] for i in range(3)]
+            values = _two_sided(b, KERNEL_TRANSFORM, taps)
+            for a in range(PATCH):
+                for c in range(PATCH):
+                    at = b.add(b.mul(b.add(b.mul(q, i64(POINTS)), i64(a * PATCH + c)), i64(g.input_features * p.panel_columns)),
+                               b.add(b.mul(feature, i64(p.panel_columns)), lane))
+                    b.store(values[a][c], b.gep(ptr, [at], source_etype=self.st))
+
+        ke._loop_nest(list(extents), transform, POINTS * 9 * p.panels * g.input_features * p.panel_columns)
+        self.rhs_ptr = ptr
 
     # --- one task ---------------------------------------------------------------------------------
     def _strips(self, task, panel_blocks: int, out_ptr, out_shape, epilogue) -> None:
@@ -293,7 +323,8 @@ def _transposed(m: list[list]) -> list[list]:
 
 
 def _combine(b: ir.IRBuilder, matrix: np.ndarray, rows: list[list[ir.Value]]) -> list[list[ir.Value]]:
-    """matrix @ rows, for a matrix of 0 and +-1 and rows of vectors: sums and differences."""
+    """matrix @ rows, for a matrix of 0, +-1 and +-1/2 (the transforms') and rows of
+    values: sums and differences, halved where the coefficient is."""
     out = []
     for coefficients in matrix:
         row = []
@@ -302,10 +333,11 @@ def _combine(b: ir.IRBuilder, matrix: np.ndarray, rows: list[list[ir.Value]]) ->
             for c, r in zip(coefficients, rows):
                 if c == 0:
                     continue
+                term = r[k] if abs(c) == 1 else b.fmul(r[k], ir.Constant(r[k].type, abs(float(c))))
                 if total is None:
-                    total = r[k] if c > 0 else b.fneg(r[k])
+                    total = term if c > 0 else b.fneg(term)
                 else:
-                    total = b.fadd(total, r[k]) if c > 0 else b.fsub(total, r[k])
+                    total = b.fadd(total, term) if c > 0 else b.fsub(total, term)
             row.append(total)
         out.append(row)
     return out

@@ -2,8 +2,8 @@
 fresh random inputs: a kernel that is a constant parameter, in its transform; odd heights
 and widths (tiles moved back a pixel), strips across images, a padded last panel, NCHW
 inputs staged, f64, a fused epilogue, a result written inside a border, one thread and
-several, both vector widths. A kernel passed on each call, and windows the transform does
-not cover, take the direct tiles."""
+several, both vector widths; a kernel passed on each call, transformed by the kernel. Windows
+the transform does not cover take the direct tiles."""
 from __future__ import annotations
 
 import numpy as np
@@ -129,11 +129,17 @@ def test_a_result_inside_a_border(rng, monkeypatch, pool):  # noqa: F811
     assert len(routed) == 1 and filled == [(0, 1, 0, 0)]
 
 
-def test_a_kernel_passed_on_each_call_takes_the_direct_tiles(rng, monkeypatch, pool):  # noqa: F811
-    winograd = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
-    tiles = emitted_by(monkeypatch, conv_tiles.TiledConvolution)
-    _compare(CASES["resnet"], rng, constant=())
-    assert not winograd and tiles == ["c"]
+@pytest.mark.parametrize("case", ["resnet", "odd", "oihw", "f64"])
+def test_a_kernel_passed_on_each_call_is_transformed_on_the_call(case, rng, monkeypatch, pool):  # noqa: F811
+    """Not a constant parameter (pyxla.jit's arguments): the kernel's transform computed
+    into scratch by the kernel itself, the padded panel's lanes zero."""
+    routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
+    transformed = []
+    transform = conv_winograd.WinogradConvolution._transform_kernel
+    monkeypatch.setattr(conv_winograd.WinogradConvolution, "_transform_kernel",
+                        lambda self: transformed.append(1) or transform(self))
+    _compare(CASES[case], rng, constant=())
+    assert routed == ["c"] and transformed
 
 
 @pytest.mark.parametrize("x,w,out,window,extra", [
