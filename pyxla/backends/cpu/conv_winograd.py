@@ -48,14 +48,46 @@ from .loops import for_range
 from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
 
-# F(2x2, 3x3): kernel, input and output transforms (Lavin and Gray, "Fast Algorithms for
-# Convolutional Neural Networks", 2016).
-KERNEL_TRANSFORM = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])   # G
-INPUT_TRANSFORM = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])             # B^T
-OUTPUT_TRANSFORM = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])                                         # A^T
-PATCH = 4
-OUTPUT_TILE = 2
-POINTS = PATCH * PATCH     # xi: the elements of a transformed patch
+
+@dataclass(frozen=True)
+class Transform:
+    """F(m x m, 3x3): the kernel's (G), the input patch's (B^T) and the product's (A^T)
+    transforms (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016)."""
+    tile: int                  # m: output pixels per tile along each dimension
+    kernel: np.ndarray         # G, (m + 2) x 3
+    input: np.ndarray          # B^T, (m + 2) x (m + 2)
+    output: np.ndarray         # A^T, m x (m + 2)
+
+    @property
+    def patch(self) -> int:
+        """Input pixels per tile along each dimension."""
+        return self.tile + 2
+
+    @property
+    def points(self) -> int:
+        """Elements of a transformed patch (xi)."""
+        return self.patch * self.patch
+
+
+TRANSFORMS = {
+    2: Transform(2, np.array([[1, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 2, -1 / 2, 1 / 2], [0, 0, 1]]),
+                 np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
+                 np.array([[1, 1, 1, 0], [0, 1, -1, -1]])),
+    4: Transform(4, np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                              [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+                 np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                           [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]),
+                 np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]])),
+}
+# Tiles of 4x4 pixels (F(4x4, 3x3): 36 products for 16 pixels, where F(2x2, 3x3) takes 64)
+# over outputs at least this wide and high; over narrower ones the last tile of a row, moved
+# back, repeats too much (over a 14-wide output four tiles cover 16 columns). In one process
+# against F(2x2, 3x3): 3x3 64 -> 64 at 56x56 368 -> 297 us, 128 -> 128 at 28x28 406 -> 358,
+# 512 -> 512 at 28x28 5.6 -> 4.6 ms, 32 -> 128 at 27x27 104 -> 97 us; 256 -> 256 at 14x14 453
+# -> 635 us, 64 -> 256 at 13x13 92 -> 145 us. Its coefficients (up to 8, and 1/24) round
+# further: about 1.7e-6 of the largest result over 64 input features of random values, against
+# 2.2e-7 for F(2x2, 3x3) and 1.1e-7 for the direct sum (NumPy's f32 sum).
+LARGE_TILES_FROM = 24
 # Tiles per strip: the positions of a register tile (conv_tiles.PANEL_TILE_POSITIONS' first).
 TILES = {32: 6, 64: 14}
 # The transformed kernel is 16/9 of the kernel: with few tiles a convolution reads more kernel
@@ -74,11 +106,13 @@ class WinogradKernel:
     input_dim: int
     spatial_dims: tuple[int, ...]
     panel_columns: int
+    tile: int                  # the Transform's (TRANSFORMS)
 
     def pack(self, kernel: np.ndarray) -> np.ndarray:
+        f = TRANSFORMS[self.tile]
         g = np.transpose(kernel, (*self.spatial_dims, self.input_dim, self.output_dim)).astype(np.float64)
-        u = np.einsum("ai,ijco,bj->abco", KERNEL_TRANSFORM, g, KERNEL_TRANSFORM)
-        u = u.reshape(POINTS, *u.shape[2:]).astype(kernel.dtype)
+        u = np.einsum("ai,ijco,bj->abco", f.kernel, g, f.kernel)
+        u = u.reshape(f.points, *u.shape[2:]).astype(kernel.dtype)
         return output_tiles_first(u, 1, self.panel_columns)
 
 
@@ -93,8 +127,13 @@ def fits(conv: HloInstruction) -> bool:
     return len(g.window) == 2 and g.groups == 1 and g.batch_groups == 1 and \
         all(w.size == 3 and w.stride == 1 and w.lhs_dilate == 1 and w.rhs_dilate == 1 and not w.reversal and
             w.pad_low >= 0 and w.pad_high >= 0 for w in g.window) and \
-        g.input_features % lanes == 0 and all(n >= OUTPUT_TILE for n in g.output_spatial) and \
-        g.batch * prod(ceil(n / OUTPUT_TILE) for n in g.output_spatial) >= MIN_TILES
+        g.input_features % lanes == 0 and all(n >= 2 for n in g.output_spatial) and \
+        g.batch * prod(ceil(n / 2) for n in g.output_spatial) >= MIN_TILES
+
+
+def transform(g: ConvGeometry) -> Transform:
+    """F(4x4, 3x3) over outputs at least LARGE_TILES_FROM wide, else F(2x2, 3x3)."""
+    return TRANSFORMS[4 if min(g.output_spatial) >= LARGE_TILES_FROM else 2]
 
 
 @dataclass(frozen=True)
@@ -119,12 +158,13 @@ class WinogradConvolution(TiledConvolution):
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
         g, p = self.g, self.p
+        self.f = transform(g)
         height, width = g.output_spatial
-        tiles_y, tiles_x = ceil(height / OUTPUT_TILE), ceil(width / OUTPUT_TILE)
+        tiles_y, tiles_x = ceil(height / self.f.tile), ceil(width / self.f.tile)
         total = g.batch * tiles_y * tiles_x
         tiles = min(TILES[host_jit().vector_bytes], total)
         strips = ceil(total / tiles)
-        work = total * POINTS * g.input_features * p.panels * p.panel_columns
+        work = total * self.f.points * g.input_features * p.panels * p.panel_columns
         wanted = self.threads * TASKS_PER_THREAD if self.threads > 1 and work >= PARALLEL_MIN_WORK else 1
         # strips first (each task transforms its strips' input once for all its panels), then
         # panels when there are fewer strips than tasks; cutting the panels first, to keep a
@@ -139,7 +179,8 @@ class WinogradConvolution(TiledConvolution):
         g = ConvGeometry.of(conv)
         _, _, panel = _panels(g, etype(conv))
         dn = g.dn
-        return WinogradKernel(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), panel)
+        return WinogradKernel(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), panel,
+                              transform(g).tile)
 
     def emit(self, out_ptr, out_shape, epilogue) -> None:
         if self.p.stage_input:
@@ -168,7 +209,7 @@ class WinogradConvolution(TiledConvolution):
         output features innermost, so the loop vectorises over them."""
         ke, b, g, p = self.ke, self.b, self.g, self.p
         extents = (p.panels, g.input_features, p.panel_columns)
-        ptr = ke.reserve_scratch(POINTS * p.panels * g.input_features * p.panel_columns * self.t.bytes)
+        ptr = ke.reserve_scratch(self.f.points * p.panels * g.input_features * p.panel_columns * self.t.bytes)
         source, shape = self.rhs_ptr, self.rhs_shape
         zero = ir.Constant(self.st, 0.0)
 
@@ -179,14 +220,14 @@ class WinogradConvolution(TiledConvolution):
             feature_of = smin(b, out_feature, i64(g.group_features - 1))   # (a padded lane reads a real one)
             taps = [[b.select(inside, ke._load(source, shape, g.kernel_index(b, feature_of, feature, (i64(i), i64(j)))),
                               zero) for j in range(3)] for i in range(3)]
-            values = _two_sided(b, KERNEL_TRANSFORM, taps)
-            for a in range(PATCH):
-                for c in range(PATCH):
-                    at = b.add(b.mul(b.add(b.mul(q, i64(POINTS)), i64(a * PATCH + c)), i64(g.input_features * p.panel_columns)),
+            values = _two_sided(b, self.f.kernel, taps)
+            for a in range(self.f.patch):
+                for c in range(self.f.patch):
+                    at = b.add(b.mul(b.add(b.mul(q, i64(self.f.points)), i64(a * self.f.patch + c)), i64(g.input_features * p.panel_columns)),
                                b.add(b.mul(feature, i64(p.panel_columns)), lane))
                     b.store(values[a][c], b.gep(ptr, [at], source_etype=self.st))
 
-        ke._loop_nest(list(extents), transform, POINTS * 9 * p.panels * g.input_features * p.panel_columns)
+        ke._loop_nest(list(extents), transform, self.f.points * 9 * p.panels * g.input_features * p.panel_columns)
         self.rhs_ptr = ptr
 
     # --- one task ---------------------------------------------------------------------------------
@@ -199,9 +240,9 @@ class WinogradConvolution(TiledConvolution):
         end = smin(b, b.add(first, i64(w.block_strips * w.tiles)), i64(w.total))
         first_panel = b.mul(qb, i64(w.block_panels))
         end_panel = smin(b, b.add(first_panel, i64(w.block_panels)), i64(p.panels))
-        transformed = self._stack_block(POINTS * w.tiles * features)       # V
-        products = self._stack_block(POINTS * w.tiles * p.panel_columns)   # M
-        pixels = self._stack_block(OUTPUT_TILE * OUTPUT_TILE * p.panel_columns)
+        transformed = self._stack_block(self.f.points * w.tiles * features)       # V
+        products = self._stack_block(self.f.points * w.tiles * p.panel_columns)   # M
+        pixels = self._stack_block(self.f.tile * self.f.tile * p.panel_columns)
         strips = b.udiv(b.add(b.sub(end, first), i64(w.tiles - 1)), i64(w.tiles))
 
         def strip(s):
@@ -210,7 +251,7 @@ class WinogradConvolution(TiledConvolution):
             counted_loop(b, i64(0), i64(w.tiles), lambda t: self._transform_input(b.add(start, t), t, transformed))
 
             def panel(q):
-                counted_loop(b, i64(0), i64(POINTS), lambda xi: self._multiply(xi, q, transformed, products))
+                counted_loop(b, i64(0), i64(self.f.points), lambda xi: self._multiply(xi, q, transformed, products))
                 counted_loop(b, i64(0), i64(w.tiles), lambda t: self._transform_output(
                     b.add(start, t), t, nominal, q, products, pixels, out_ptr, out_shape, epilogue))
             counted_loop(b, first_panel, end_panel, panel)
@@ -224,9 +265,9 @@ class WinogradConvolution(TiledConvolution):
         height, width = self.g.output_spatial
         per_image = w.tiles_y * w.tiles_x
         batch, inside = b.udiv(tile, i64(per_image)), b.urem(tile, i64(per_image))
-        y = b.mul(b.udiv(inside, i64(w.tiles_x)), i64(OUTPUT_TILE))
-        x = b.mul(b.urem(inside, i64(w.tiles_x)), i64(OUTPUT_TILE))
-        return batch, smin(b, y, i64(height - OUTPUT_TILE)), smin(b, x, i64(width - OUTPUT_TILE)), y, x
+        y = b.mul(b.udiv(inside, i64(w.tiles_x)), i64(self.f.tile))
+        x = b.mul(b.urem(inside, i64(w.tiles_x)), i64(self.f.tile))
+        return batch, smin(b, y, i64(height - self.f.tile)), smin(b, x, i64(width - self.f.tile)), y, x
 
     def _transform_input(self, tile, t, transformed) -> None:
         """V[xi][t][:] = B^T d B for the tile's 4x4 input patch d, a vector of input features
@@ -242,12 +283,12 @@ class WinogradConvolution(TiledConvolution):
 
         def vector(c):
             patch = [[self._load(self.lhs_ptr, b.add(corner, b.add(c, i64(i * row_step + j * column_step))))
-                      for j in range(PATCH)] for i in range(PATCH)]
-            values = _two_sided(b, INPUT_TRANSFORM, patch)                               # B^T d B
+                      for j in range(self.f.patch)] for i in range(self.f.patch)]
+            values = _two_sided(b, self.f.input, patch)                               # B^T d B
             base = b.add(b.mul(t, i64(features)), c)
-            for i in range(PATCH):
-                for j in range(PATCH):
-                    self._store(transformed, b.add(base, i64((i * PATCH + j) * self.w.tiles * features)),
+            for i in range(self.f.patch):
+                for j in range(self.f.patch):
+                    self._store(transformed, b.add(base, i64((i * self.f.patch + j) * self.w.tiles * features)),
                                 values[i][j])
         counted_loop(b, i64(0), i64(features), vector, step=p.lanes)
 
@@ -258,7 +299,7 @@ class WinogradConvolution(TiledConvolution):
         features = self.g.input_features
         source = b.gep(transformed, [b.mul(xi, i64(w.tiles * features))], source_etype=self.st)
         inputs = [(source, t * features) for t in range(w.tiles)]
-        kernel = b.gep(self.rhs_ptr, [b.mul(b.add(b.mul(q, i64(POINTS)), xi), i64(features * p.panel_columns))],
+        kernel = b.gep(self.rhs_ptr, [b.mul(b.add(b.mul(q, i64(self.f.points)), xi), i64(features * p.panel_columns))],
                        source_etype=self.st)
         accumulators = [[alloca_in_entry(b, self.vector) for _ in range(p.vectors)] for _ in range(w.tiles)]
         zero = ir.Constant(self.vector, None)
@@ -279,23 +320,23 @@ class WinogradConvolution(TiledConvolution):
         batch, y, x, y_nominal, x_nominal = self._tile_origin(tile)
         for v in range(p.vectors):
             base = b.add(b.mul(t, i64(p.panel_columns)), i64(v * p.lanes))
-            m = [[self._load(products, b.add(base, i64((i * PATCH + j) * w.tiles * p.panel_columns)))
-                  for j in range(PATCH)] for i in range(PATCH)]
-            values = _two_sided(b, OUTPUT_TRANSFORM, m)                                  # A^T M A
-            for i in range(OUTPUT_TILE):
-                for j in range(OUTPUT_TILE):
-                    self._store(pixels, i64((i * OUTPUT_TILE + j) * p.panel_columns + v * p.lanes), values[i][j])
+            m = [[self._load(products, b.add(base, i64((i * self.f.patch + j) * w.tiles * p.panel_columns)))
+                  for j in range(self.f.patch)] for i in range(self.f.patch)]
+            values = _two_sided(b, self.f.output, m)                                  # A^T M A
+            for i in range(self.f.tile):
+                for j in range(self.f.tile):
+                    self._store(pixels, i64((i * self.f.tile + j) * p.panel_columns + v * p.lanes), values[i][j])
         mine = b.icmp_signed(">=", tile, nominal)
         column = b.mul(q, i64(p.panel_columns))
-        for i in range(OUTPUT_TILE):
-            for j in range(OUTPUT_TILE):
-                wanted = mine
-                if i == 0:
-                    wanted = b.and_(wanted, b.icmp_signed("==", y, y_nominal))
-                if j == 0:
-                    wanted = b.and_(wanted, b.icmp_signed("==", x, x_nominal))
+        for i in range(self.f.tile):
+            for j in range(self.f.tile):
                 at = (b.add(y, i64(i)), b.add(x, i64(j)))
-                offset = (i * OUTPUT_TILE + j) * p.panel_columns
+                wanted = mine
+                if i < self.f.tile - 1:   # (the last row and column are the tile's own)
+                    wanted = b.and_(wanted, b.icmp_signed(">=", at[0], y_nominal))
+                if j < self.f.tile - 1:
+                    wanted = b.and_(wanted, b.icmp_signed(">=", at[1], x_nominal))
+                offset = (i * self.f.tile + j) * p.panel_columns
 
                 def lane(index, at=at, offset=offset):
                     value = b.load(b.gep(pixels, [b.add(index[0], i64(offset))], source_etype=self.st), typ=self.st)

@@ -55,9 +55,21 @@ def _compare(text: str, rng, inputs=None, constant=(1,)) -> None:
         np.testing.assert_allclose(g, w, **tol)
 
 
+@pytest.fixture(params=[2, 4], ids=["F(2x2)", "F(4x4)"])
+def tile(request, monkeypatch):
+    """Both transforms, F(4x4, 3x3) over every output at least 4 wide."""
+    monkeypatch.setattr(conv_winograd, "LARGE_TILES_FROM", 4 if request.param == 4 else 1 << 30)
+    tiles = []
+    init = conv_winograd.WinogradConvolution.__init__
+    monkeypatch.setattr(conv_winograd.WinogradConvolution, "__init__",
+                        lambda self, ke, conv: init(self, ke, conv) or tiles.append(self.f.tile))
+    yield request.param
+    assert set(tiles) == {request.param}
+
+
 @pytest.mark.parametrize("vector_bytes", [64, 32])
 @pytest.mark.parametrize("case", CASES)
-def test_winograd_matches_the_interpreter(case, vector_bytes, rng, monkeypatch, pool):  # noqa: F811
+def test_winograd_matches_the_interpreter(case, vector_bytes, tile, rng, monkeypatch, pool):  # noqa: F811
     monkeypatch.setattr(host_jit(), "vector_bytes", vector_bytes)
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
     _compare(CASES[case], rng)
@@ -65,7 +77,7 @@ def test_winograd_matches_the_interpreter(case, vector_bytes, rng, monkeypatch, 
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_tasks_cut_tiles_and_panels(threads, rng, monkeypatch, pool):  # noqa: F811
+def test_tasks_cut_tiles_and_panels(threads, tile, rng, monkeypatch, pool):  # noqa: F811
     """One thread runs every task in a loop; with two, 1 x 8 x 8 tiles cut along the
     panels too (16 tiles: two strips for eight tasks)."""
     monkeypatch.setattr(pool, "threads", threads)
@@ -76,7 +88,7 @@ def test_tasks_cut_tiles_and_panels(threads, rng, monkeypatch, pool):  # noqa: F
 
 
 @pytest.mark.usefixtures("nchw_convolutions")
-def test_an_nchw_input_is_staged_features_last(rng, monkeypatch, pool):  # noqa: F811
+def test_an_nchw_input_is_staged_features_last(tile, rng, monkeypatch, pool):  # noqa: F811
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
     _compare(_conv("2,32,10,9", "3,3,32,32", "2,32,10,9", labels="bf01_01io->bf01"), rng)
     assert routed == ["c"]
@@ -99,7 +111,7 @@ ENTRY e {
 """
 
 
-def test_a_fused_epilogue(rng, monkeypatch, pool):  # noqa: F811
+def test_a_fused_epilogue(tile, rng, monkeypatch, pool):  # noqa: F811
     """Bias, a residual and a ReLU applied to each pixel as its tile writes it (11 wide: the
     last tile of a row moved back)."""
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
@@ -118,7 +130,7 @@ ENTRY e {
 """
 
 
-def test_a_result_inside_a_border(rng, monkeypatch, pool):  # noqa: F811
+def test_a_result_inside_a_border(tile, rng, monkeypatch, pool):  # noqa: F811
     """An output fusion ending in a pad (the next convolution's padded input): the pixels at
     the pad's offset, the border filled."""
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
@@ -130,7 +142,7 @@ def test_a_result_inside_a_border(rng, monkeypatch, pool):  # noqa: F811
 
 
 @pytest.mark.parametrize("case", ["resnet", "odd", "oihw", "f64"])
-def test_a_kernel_passed_on_each_call_is_transformed_on_the_call(case, rng, monkeypatch, pool):  # noqa: F811
+def test_a_kernel_passed_on_each_call_is_transformed_on_the_call(case, tile, rng, monkeypatch, pool):  # noqa: F811
     """Not a constant parameter (pyxla.jit's arguments): the kernel's transform computed
     into scratch by the kernel itself, the padded panel's lanes zero."""
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
@@ -156,16 +168,19 @@ def test_other_convolutions_keep_the_direct_tiles(x, w, out, window, extra, monk
     assert conv_tiles.fits(conv) and not conv_winograd.fits(conv)
 
 
-def test_the_kernel_transform_is_g_g_gt(rng):
-    """WinogradKernel.pack: element (panel, xi = 4a + b, input c, lane) is (G g G^T)[a, b]
-    of input c and output feature panel * 32 + lane, zero past the output features."""
-    form = conv_winograd.WinogradKernel(output_dim=0, input_dim=1, spatial_dims=(2, 3), panel_columns=32)
+@pytest.mark.parametrize("size", [2, 4])
+def test_the_kernel_transform_is_g_g_gt(size, rng):
+    """WinogradKernel.pack: element (panel, xi = patch * a + b, input c, lane) is
+    (G g G^T)[a, b] of input c and output feature panel * 32 + lane, zero past the output
+    features."""
+    form = conv_winograd.WinogradKernel(output_dim=0, input_dim=1, spatial_dims=(2, 3), panel_columns=32, tile=size)
     kernel = rng.standard_normal((40, 5, 3, 3)).astype(np.float32)     # OIHW
     packed = form.pack(kernel)
-    assert packed.shape == (2, 16, 5, 32) and packed.dtype == np.float32
-    G = conv_winograd.KERNEL_TRANSFORM
+    points = (size + 2) ** 2
+    assert packed.shape == (2, points, 5, 32) and packed.dtype == np.float32
+    G = conv_winograd.TRANSFORMS[size].kernel
     for o in (0, 17, 39):
         for c in (0, 4):
             u = G @ kernel[o, c].astype(np.float64) @ G.T
-            np.testing.assert_allclose(packed[o // 32, :, c, o % 32], u.reshape(16), rtol=1e-6)
+            np.testing.assert_allclose(packed[o // 32, :, c, o % 32], u.reshape(points), rtol=1e-6)
     assert not packed[1, :, :, 8:].any()
