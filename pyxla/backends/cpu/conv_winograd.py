@@ -31,6 +31,7 @@ padded input a producer writes, passes/convolution_layout.py).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from math import ceil, prod
 
@@ -116,11 +117,21 @@ class WinogradKernel:
         return output_tiles_first(u, 1, self.panel_columns)
 
 
+def largest_tile() -> int:
+    """PYXLA_WINOGRAD: 4 (the default: F(4x4, 3x3) where LARGE_TILES_FROM allows, else
+    F(2x2, 3x3)), 2 (F(2x2, 3x3) only: rounds about as the direct sum does) or 0 (no
+    Winograd: the direct tiles for every convolution)."""
+    setting = os.environ.get("PYXLA_WINOGRAD", "").strip() or "4"
+    if setting not in ("0", "2", "4"):
+        raise ValueError(f"PYXLA_WINOGRAD must be 0, 2 or 4, got {setting!r}")
+    return int(setting)
+
+
 def fits(conv: HloInstruction) -> bool:
     """A 3x3 window of stride 1 without dilation or reversal, one group, input features a
     whole number of vectors, an output at least one tile high and wide and MIN_TILES tiles
     in all."""
-    if not tiles_fit(conv):
+    if not tiles_fit(conv) or not largest_tile():
         return False
     g = ConvGeometry.of(conv)
     lanes = host_jit().vector_bytes // etype(conv).bytes
@@ -132,8 +143,9 @@ def fits(conv: HloInstruction) -> bool:
 
 
 def transform(g: ConvGeometry) -> Transform:
-    """F(4x4, 3x3) over outputs at least LARGE_TILES_FROM wide, else F(2x2, 3x3)."""
-    return TRANSFORMS[4 if min(g.output_spatial) >= LARGE_TILES_FROM else 2]
+    """F(4x4, 3x3) over outputs at least LARGE_TILES_FROM wide and high (unless
+    PYXLA_WINOGRAD says 2), else F(2x2, 3x3)."""
+    return TRANSFORMS[4 if largest_tile() >= 4 and min(g.output_spatial) >= LARGE_TILES_FROM else 2]
 
 
 @dataclass(frozen=True)

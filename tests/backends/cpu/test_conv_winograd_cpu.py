@@ -154,6 +154,26 @@ def test_a_kernel_passed_on_each_call_is_transformed_on_the_call(case, tile, rng
     assert routed == ["c"] and transformed
 
 
+@pytest.mark.parametrize("setting,route", [("0", None), ("2", 2), ("4", 4), ("", 4)])
+def test_pyxla_winograd_chooses_the_transform(setting, route, rng, monkeypatch, pool):  # noqa: F811
+    """PYXLA_WINOGRAD=0 leaves every convolution to the direct tiles, 2 keeps to F(2x2, 3x3)
+    (a 56-wide output takes F(4x4, 3x3) by default)."""
+    monkeypatch.setenv("PYXLA_WINOGRAD", setting)
+    tiles = []
+    init = conv_winograd.WinogradConvolution.__init__
+    monkeypatch.setattr(conv_winograd.WinogradConvolution, "__init__",
+                        lambda self, ke, conv: init(self, ke, conv) or tiles.append(self.f.tile))
+    direct = emitted_by(monkeypatch, conv_tiles.TiledConvolution)
+    _compare(_conv("1,56,56,16", "3,3,16,32", "1,56,56,32"), rng)
+    assert tiles == ([route] if route else []) and (direct == ["c"]) == (route is None)
+
+
+def test_pyxla_winograd_refuses_other_values(monkeypatch):
+    monkeypatch.setenv("PYXLA_WINOGRAD", "3")
+    with pytest.raises(ValueError, match="PYXLA_WINOGRAD must be 0, 2 or 4, got '3'"):
+        conv_winograd.largest_tile()
+
+
 @pytest.mark.parametrize("x,w,out,window,extra", [
     ("1,16,16,32", "3,3,32,32", "1,8,8,32", "size=3x3 stride=2x2 pad=1_1x1_1", ""),      # strided
     ("1,16,16,32", "5,5,32,32", "1,16,16,32", "size=5x5 pad=2_2x2_2", ""),              # 5x5
