@@ -16,9 +16,9 @@ every call otherwise (as pyxla.jit passes its arguments: the CNN block benchmark
 the direct sum's do (the CNN block's largest error against float64 5.1e-6 -> 1.7e-6).
 
 A task takes a run of tiles (row-major over batch, tile row, tile column) and a block of
-panels of output features. For each strip of TILES tiles it transforms their input patches
+panels of output features. For each strip of up to 14 tiles (TILES) it transforms their input patches
 into V (on its stack, [xi][tile][input feature]); then, panel by panel, it multiplies each
-xi's V by the panel's U[xi] in the register tiles of conv_tiles.py (TILES tiles x one panel
+xi's V by the panel's U[xi] in the register tiles of conv_tiles.py (a strip's tiles x one panel
 of output features, the tile's accumulators in registers, one loop over the input
 features), keeps M on its stack and transforms it back into 2x2 output pixels, written
 through the epilogue. An output of odd height or width ends in a tile moved back by one
@@ -40,7 +40,7 @@ import numpy as np
 
 from ...hlo.instruction import HloInstruction
 from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_tiles import EMITTERS, TiledConvolution, _panels, _strides, fits as tiles_fit, output_tiles_first
+from .conv_tiles import EMITTERS, TILE_OVERHEAD, TiledConvolution, _panels, _strides, fits as tiles_fit, output_tiles_first
 from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, etype
 from .ir_types import i64, smin
@@ -89,8 +89,10 @@ TRANSFORMS = {
 # further: about 1.7e-6 of the largest result over 64 input features of random values, against
 # 2.2e-7 for F(2x2, 3x3) and 1.1e-7 for the direct sum (NumPy's f32 sum).
 LARGE_TILES_FROM = 24
-# Tiles per strip: the positions of a register tile (conv_tiles.PANEL_TILE_POSITIONS' first).
-TILES = {32: 6, 64: 14}
+# Tiles per strip, the positions of a register tile: of these, the one that covers the tiles
+# with the least work, counting conv_tiles.TILE_OVERHEAD per strip (7 x 7 = 49 tiles: 4 strips
+# of 13, where strips of 14 compute 56).
+TILES = {32: (6,), 64: tuple(range(14, 6, -1))}
 # The transformed kernel is 16/9 of the kernel: with few tiles a convolution reads more kernel
 # than it saves work, and keeps the direct tiles (ResNet-50's 3x3 512 -> 512 at 7x7, 16
 # tiles, its weights from L3: 865-946 -> 988-1408 us in the model). With many, the larger
@@ -174,7 +176,7 @@ class WinogradConvolution(TiledConvolution):
         height, width = g.output_spatial
         tiles_y, tiles_x = ceil(height / self.f.tile), ceil(width / self.f.tile)
         total = g.batch * tiles_y * tiles_x
-        tiles = min(TILES[host_jit().vector_bytes], total)
+        tiles = min(min(TILES[host_jit().vector_bytes], key=lambda n: ceil(total / n) * (n + TILE_OVERHEAD)), total)
         strips = ceil(total / tiles)
         work = total * self.f.points * g.input_features * p.panels * p.panel_columns
         wanted = self.threads * TASKS_PER_THREAD if self.threads > 1 and work >= PARALLEL_MIN_WORK else 1
