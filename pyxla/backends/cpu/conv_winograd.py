@@ -114,8 +114,11 @@ class WinogradKernel:
     def pack(self, kernel: np.ndarray) -> np.ndarray:
         f = TRANSFORMS[self.tile]
         g = np.transpose(kernel, (*self.spatial_dims, self.input_dim, self.output_dim)).astype(np.float64)
-        u = np.einsum("ai,ijco,bj->abco", f.kernel, g, f.kernel)
-        u = u.reshape(f.points, *u.shape[2:]).astype(kernel.dtype)
+        inputs, outputs = g.shape[2:]
+        # G g, then each of its rows times G^T, as matrix products (einsum took 0.26 s for a
+        # 3x3 512 -> 512 kernel, these 0.05)
+        rows = (f.kernel @ g.reshape(3, -1)).reshape(f.patch, 3, -1)
+        u = np.matmul(f.kernel, rows).reshape(f.points, inputs, outputs).astype(kernel.dtype)
         return output_tiles_first(u, 1, self.panel_columns)
 
 
@@ -327,7 +330,7 @@ class WinogradConvolution(TiledConvolution):
                 self._store(products, b.add(base, i64(t * p.panel_columns + v * p.lanes)), b.load(slot))
 
     def _transform_output(self, tile, t, nominal, q, products, pixels, out_ptr, out_shape, epilogue) -> None:
-        """The tile's 2x2 output pixels A^T M A for panel q, through the epilogue to the
+        """The tile's output pixels A^T M A for panel q, through the epilogue to the
         output: those of a tile before `nominal` (the strip before wrote them) or before the
         tile's nominal origin (the tile before wrote them) are left."""
         b, p, w = self.b, self.p, self.w
@@ -342,21 +345,19 @@ class WinogradConvolution(TiledConvolution):
                     self._store(pixels, i64((i * self.f.tile + j) * p.panel_columns + v * p.lanes), values[i][j])
         mine = b.icmp_signed(">=", tile, nominal)
         column = b.mul(q, i64(p.panel_columns))
-        for i in range(self.f.tile):
-            for j in range(self.f.tile):
-                at = (b.add(y, i64(i)), b.add(x, i64(j)))
-                wanted = mine
-                if i < self.f.tile - 1:   # (the last row and column are the tile's own)
-                    wanted = b.and_(wanted, b.icmp_signed(">=", at[0], y_nominal))
-                if j < self.f.tile - 1:
-                    wanted = b.and_(wanted, b.icmp_signed(">=", at[1], x_nominal))
-                offset = (i * self.f.tile + j) * p.panel_columns
+        size = self.f.tile
 
-                def lane(index, at=at, offset=offset):
-                    value = b.load(b.gep(pixels, [b.add(index[0], i64(offset))], source_etype=self.st), typ=self.st)
-                    self._store_result(out_ptr, out_shape, epilogue, batch, at, i64(0), b.add(column, index[0]), value)
-                with b.if_then(wanted):
-                    for_range(b, [p.panel_columns], lane)
+        def pixel(k):   # one loop over the pixels, so that LLVM vectorises one epilogue loop, not 16
+            at = (b.add(y, b.udiv(k, i64(size))), b.add(x, b.urem(k, i64(size))))
+            wanted = b.and_(mine, b.and_(b.icmp_signed(">=", at[0], y_nominal), b.icmp_signed(">=", at[1], x_nominal)))
+            offset = b.mul(k, i64(p.panel_columns))
+
+            def lane(index):
+                value = b.load(b.gep(pixels, [b.add(index[0], offset)], source_etype=self.st), typ=self.st)
+                self._store_result(out_ptr, out_shape, epilogue, batch, at, i64(0), b.add(column, index[0]), value)
+            with b.if_then(wanted):
+                for_range(b, [p.panel_columns], lane)
+        counted_loop(b, i64(0), i64(size * size), pixel)
 
     def _load(self, base, offset) -> ir.Value:
         value = self.b.load(self.b.gep(base, [offset], source_etype=self.st), typ=self.vector)
