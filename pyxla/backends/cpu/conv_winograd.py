@@ -1,29 +1,32 @@
-"""3x3 convolutions of stride 1 by Winograd's minimal filtering F(2x2, 3x3) (f32, f64): each
-2x2 block of output pixels (a tile) is computed from the 4x4 input patch under it with 16
-products per input feature and output feature where the direct sum takes 36, so the
-multiplications, the work of a convolution, drop 2.25-fold for 16/36 more additions.
+"""3x3 convolutions of stride 1 by Winograd's minimal filtering F(m x m, 3x3) (f32, f64): each
+m x m block of output pixels (a tile) is computed from the (m + 2) x (m + 2) input patch
+under it with (m + 2)^2 products per input feature and output feature where the direct sum
+takes 9 m^2: F(2x2, 3x3) 16 for 36, F(4x4, 3x3) (over outputs at least LARGE_TILES_FROM
+wide) 36 for 144. The multiplications, the work of a convolution, drop 2.25- and 4-fold for
+more additions, in transforms that cost little beside them.
 
     Y = A^T [ (G g G^T) . (B^T d B) ] A
 
-g is the 3x3 kernel of one input and one output feature, d the 4x4 input patch, `.` the
-product element by element; the 16 products summed over the input features are 16 matrix
-products, one per element xi of the 4x4 transform: M[xi] = V[xi] (tiles x input features)
-times U[xi] (input features x output features). The kernel's transform U is made once,
-in float64, when the weights are bound (WinogradKernel, a form of parameter_forms.py) for a
-kernel that is a constant parameter (an ONNX model's weights), and by the kernel itself on
-every call otherwise (as pyxla.jit passes its arguments: the CNN block benchmark 14.6 ->
-7.7 ms). The coefficients of F(2x2, 3x3) are 0, +-1 and +-1/2, so the results round as
-the direct sum's do (the CNN block's largest error against float64 5.1e-6 -> 1.7e-6).
+g is the 3x3 kernel of one input and one output feature, d the input patch, `.` the product
+element by element; the products summed over the input features are one matrix product per
+element xi of the transformed patch: M[xi] = V[xi] (tiles x input features) times U[xi]
+(input features x output features). The kernel's transform U is made once, in float64, when
+the weights are bound (WinogradKernel, a form of parameter_forms.py) for a kernel that is a
+constant parameter (an ONNX model's weights), and by the kernel itself on every call
+otherwise (as pyxla.jit passes its arguments: the CNN block benchmark 14.6 -> 7.7 ms).
+F(2x2, 3x3)'s coefficients are 0, +-1 and +-1/2, and it rounds about as the direct sum does;
+F(4x4, 3x3)'s reach 8 and 1/24 and round further (see LARGE_TILES_FROM). PYXLA_WINOGRAD
+chooses (largest_tile).
 
 A task takes a run of tiles (row-major over batch, tile row, tile column) and a block of
-panels of output features. For each strip of up to 14 tiles (TILES) it transforms their input patches
-into V (on its stack, [xi][tile][input feature]); then, panel by panel, it multiplies each
-xi's V by the panel's U[xi] in the register tiles of conv_tiles.py (a strip's tiles x one panel
-of output features, the tile's accumulators in registers, one loop over the input
-features), keeps M on its stack and transforms it back into 2x2 output pixels, written
-through the epilogue. An output of odd height or width ends in a tile moved back by one
-pixel, whose pixels the tile before it has written are not written again; a strip moved
-back to end where the task's tiles end writes only its tiles past the strip before it.
+panels of output features. For each strip of up to 14 tiles (TILES) it transforms their
+input patches into V (on its stack, [xi][tile][input feature]); then, panel by panel, it
+multiplies each xi's V by the panel's U[xi] in the register tiles of conv_tiles.py (a
+strip's tiles x one panel of output features, the accumulators in registers, one loop over
+the input features), keeps M on its stack and transforms it back into output pixels,
+written through the epilogue. An output whose height or width the tiles do not divide ends
+in a tile moved back, which leaves the pixels the tile before it wrote; a strip moved back
+to end where the task's tiles end writes only its tiles past the strip before it.
 
 The input is read as the tiles read it (conv_tiles.TiledConvolution._stage_input: padding
 written as zeros, features minor-most), or in place when it is NHWC and unpadded (the
@@ -98,6 +101,11 @@ TILES = {32: (6,), 64: tuple(range(14, 6, -1))}
 # tiles, its weights from L3: 865-946 -> 988-1408 us in the model). With many, the larger
 # kernel costs nothing (3x3 512 -> 512 at 28x28 10.3 -> 5.2 ms, at 14x14 2.4 -> 1.4 ms).
 MIN_TILES = 32
+# A task keeps a strip's transformed input and products on its stack (pyxla's worker threads
+# and a Python thread have 8 MiB where RLIMIT_STACK is 8 MiB, glibc's default): at most this
+# much, so F(4x4, 3x3) over 512 input features (1 MiB) takes F(2x2, 3x3) (0.45 MiB), and more
+# than about 1100 take the direct tiles.
+STRIP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -144,13 +152,24 @@ def fits(conv: HloInstruction) -> bool:
         all(w.size == 3 and w.stride == 1 and w.lhs_dilate == 1 and w.rhs_dilate == 1 and not w.reversal and
             w.pad_low >= 0 and w.pad_high >= 0 for w in g.window) and \
         g.input_features % lanes == 0 and all(n >= 2 for n in g.output_spatial) and \
-        g.batch * prod(ceil(n / 2) for n in g.output_spatial) >= MIN_TILES
+        g.batch * prod(ceil(n / 2) for n in g.output_spatial) >= MIN_TILES and \
+        _strip_bytes(TRANSFORMS[2], conv) <= STRIP_BYTES
 
 
-def transform(g: ConvGeometry) -> Transform:
-    """F(4x4, 3x3) over outputs at least LARGE_TILES_FROM wide and high (unless
-    PYXLA_WINOGRAD says 2), else F(2x2, 3x3)."""
-    return TRANSFORMS[4 if largest_tile() >= 4 and min(g.output_spatial) >= LARGE_TILES_FROM else 2]
+def transform(conv: HloInstruction) -> Transform:
+    """F(4x4, 3x3) over outputs at least LARGE_TILES_FROM wide and high whose strips fit
+    STRIP_BYTES (unless PYXLA_WINOGRAD says 2), else F(2x2, 3x3)."""
+    g = ConvGeometry.of(conv)
+    large = largest_tile() >= 4 and min(g.output_spatial) >= LARGE_TILES_FROM and \
+        _strip_bytes(TRANSFORMS[4], conv) <= STRIP_BYTES
+    return TRANSFORMS[4 if large else 2]
+
+
+def _strip_bytes(f: Transform, conv: HloInstruction) -> int:
+    """A task's stack for a strip of the most tiles: V and M."""
+    g, t = ConvGeometry.of(conv), etype(conv)
+    _, _, panel = _panels(g, t)
+    return f.points * max(TILES[host_jit().vector_bytes]) * (g.input_features + panel) * t.bytes
 
 
 @dataclass(frozen=True)
@@ -175,7 +194,7 @@ class WinogradConvolution(TiledConvolution):
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
         g, p = self.g, self.p
-        self.f = transform(g)
+        self.f = transform(conv)
         height, width = g.output_spatial
         tiles_y, tiles_x = ceil(height / self.f.tile), ceil(width / self.f.tile)
         total = g.batch * tiles_y * tiles_x
@@ -197,7 +216,7 @@ class WinogradConvolution(TiledConvolution):
         _, _, panel = _panels(g, etype(conv))
         dn = g.dn
         return WinogradKernel(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), panel,
-                              transform(g).tile)
+                              transform(conv).tile)
 
     def emit(self, out_ptr, out_shape, epilogue) -> None:
         if self.p.stage_input:
@@ -277,7 +296,7 @@ class WinogradConvolution(TiledConvolution):
 
     def _tile_origin(self, tile) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
         """(batch element, top row, left column, nominal top row, nominal left column) of a
-        tile's output pixels; a tile past an odd height or width is moved back one pixel."""
+        tile's output pixels; a tile past the output's height or width is moved back."""
         b, w = self.b, self.w
         height, width = self.g.output_spatial
         per_image = w.tiles_y * w.tiles_x

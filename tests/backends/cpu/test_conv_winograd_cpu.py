@@ -181,7 +181,8 @@ def test_pyxla_winograd_refuses_other_values(monkeypatch):
     ("1,16,16,32", "3,3,16,32", "1,16,16,32", "size=3x3 pad=1_1x1_1", ", feature_group_count=2"),
     ("1,16,16,24", "3,3,24,32", "1,16,16,32", "size=3x3 pad=1_1x1_1", ""),              # 24 features
     ("1,7,7,64", "3,3,64,64", "1,7,7,64", "size=3x3 pad=1_1x1_1", ""),                  # 16 tiles
-], ids=["stride", "5x5", "dilated", "groups", "24 features", "few tiles"])
+    ("1,16,16,1152", "3,3,1152,32", "1,16,16,32", "size=3x3 pad=1_1x1_1", ""),        # strips over 1 MiB
+], ids=["stride", "5x5", "dilated", "groups", "24 features", "few tiles", "deep input"])
 def test_other_convolutions_keep_the_direct_tiles(x, w, out, window, extra, monkeypatch):
     monkeypatch.setattr(host_jit(), "vector_bytes", 64)
     conv = parse_module(_conv(x, w, out, window=window, extra=extra)).entry.root
@@ -189,6 +190,15 @@ def test_other_convolutions_keep_the_direct_tiles(x, w, out, window, extra, monk
 
 
 @pytest.mark.parametrize("size", [2, 4])
+@pytest.mark.parametrize("features,size", [(256, 4), (448, 4), (512, 2), (1024, 2)])
+def test_strips_stay_within_their_stack_budget(features, size, monkeypatch):
+    """A 28x28 output takes F(4x4, 3x3) while its strips' stack stays within STRIP_BYTES, then
+    F(2x2, 3x3)."""
+    monkeypatch.setattr(host_jit(), "vector_bytes", 64)
+    conv = parse_module(_conv(f"1,28,28,{features}", f"3,3,{features},64", "1,28,28,64")).entry.root
+    assert conv_winograd.fits(conv) and conv_winograd.transform(conv).tile == size
+
+
 def test_the_kernel_transform_is_g_g_gt(size, rng):
     """WinogradKernel.pack: element (panel, xi = patch * a + b, input c, lane) is
     (G g G^T)[a, b] of input c and output feature panel * 32 + lane, zero past the output
