@@ -189,7 +189,6 @@ def test_other_convolutions_keep_the_direct_tiles(x, w, out, window, extra, monk
     assert conv_tiles.fits(conv) and not conv_winograd.fits(conv)
 
 
-@pytest.mark.parametrize("size", [2, 4])
 @pytest.mark.parametrize("features,size", [(256, 4), (448, 4), (512, 2), (1024, 2)])
 def test_strips_stay_within_their_stack_budget(features, size, monkeypatch):
     """A 28x28 output takes F(4x4, 3x3) while its strips' stack stays within STRIP_BYTES, then
@@ -199,6 +198,7 @@ def test_strips_stay_within_their_stack_budget(features, size, monkeypatch):
     assert conv_winograd.fits(conv) and conv_winograd.transform(conv).tile == size
 
 
+@pytest.mark.parametrize("size", [2, 4])
 def test_the_kernel_transform_is_g_g_gt(size, rng):
     """WinogradKernel.pack: element (panel, xi = patch * a + b, input c, lane) is
     (G g G^T)[a, b] of input c and output feature panel * 32 + lane, zero past the output
