@@ -1,7 +1,8 @@
 """Convolution by register tiles (f32, f64): the convolution kernel of the CPU backend, alone
 or with its elementwise epilogue (an output fusion). Groups with few output features
-(depthwise) have a kernel of their own (conv_depthwise.py); other element types are computed
-by the elemental loops (convolution.py).
+(depthwise) have a kernel of their own (conv_depthwise.py), and 3x3 windows of stride 1 over
+enough output go to Winograd's transforms (conv_winograd.py), whose products run in these
+tiles' inner loop; other element types are computed by the elemental loops (convolution.py).
 
 The output is a matrix of positions by output features: a position is one output batch
 element at one output spatial point (row-major over batch then the spatial dimensions in
@@ -406,6 +407,7 @@ class ConvolutionEmitter:
     its element type, its operands' buffers, the form its kernel comes in when that is not
     its layout's (`kernel_form`, see parameter_forms.py) and the worker pool (None: one
     thread)."""
+
     def __init__(self, ke, conv: HloInstruction):
         self.ke, self.b, self.conv = ke, ke.b, conv
         self.t = etype(conv)
@@ -824,7 +826,7 @@ class TiledConvolution(ConvolutionEmitter):
         7x7 stem 193 -> 249 GFLOP/s, SqueezeNet 4.9 -> 4.7 ms). Reading the block a square
         at a time and transposing it in registers, rather than LLVM's gathers, was no
         faster."""
-        ke, b, g, p = self.ke, self.b, self.g, self.p
+        b, g, p = self.b, self.g, self.p
         dn = g.dn
 
         def store(position, q, lanes, at=None):

@@ -306,7 +306,7 @@ class WinogradConvolution(TiledConvolution):
         return batch, smin(b, y, i64(height - self.f.tile)), smin(b, x, i64(width - self.f.tile)), y, x
 
     def _transform_input(self, tile, t, transformed) -> None:
-        """V[xi][t][:] = B^T d B for the tile's 4x4 input patch d, a vector of input features
+        """V[xi][t][:] = B^T d B for the tile's input patch d, a vector of input features
         at a time."""
         b, g, p = self.b, self.g, self.p
         dn = g.dn
