@@ -94,9 +94,7 @@ def features_last_convolution(conv, ctx):
                                 tuple(range(1, spatial + 1)))
     to_output = (dn.output_batch, *dn.output_spatial, dn.output_feature)
     if x.shape.dims[dn.input_feature] <= FEW_FEATURES and _copies_its_input(conv):   # a colour image: read as it is
-        nhwc = ConvDimensionNumbers(dn.input_batch, dn.input_feature, dn.input_spatial, dn.kernel_input_feature,
-                                    dn.kernel_output_feature, dn.kernel_spatial, 0, spatial + 1,
-                                    tuple(range(1, spatial + 1)))
+        nhwc = replace(nhwc, input_batch=dn.input_batch, input_feature=dn.input_feature, input_spatial=dn.input_spatial)
     else:
         x = _transpose(ctx, x, to_input, conv)
     inner = ctx.add("convolution", [x, kernel], _permuted(conv.shape, to_output),

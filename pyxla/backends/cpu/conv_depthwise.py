@@ -46,7 +46,6 @@ from .elemental import alloca_in_entry, etype, linear_index
 from .ir_types import I1, I8, I64, PTR, fma_intrinsic, i64, splat
 from .llvm_jit import host_jit
 from .loops import for_range
-from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
 
 CHUNK_VECTORS = 4          # vectors of virtual positions per trip: independent chains of FMAs
@@ -158,7 +157,6 @@ class DepthwiseConvolution(ConvolutionEmitter):
         scratch = self.ke.reserve_scratch(p.tasks * p.task_elements * self.t.bytes)
 
         def task(index):
-            self.ke.e.push_scope()
             area = b.gep(scratch, [b.mul(index, i64(p.task_elements))], source_etype=self.st)
             memset = b.module.declare_intrinsic("llvm.memset", [PTR, I64])
             b.call(memset, [area, ir.Constant(I8, 0), i64(p.stage_elements * self.t.bytes), ir.Constant(I1, 0)])
@@ -166,14 +164,8 @@ class DepthwiseConvolution(ConvolutionEmitter):
             last = b.add(first, i64(p.units_per_task))
             end = b.select(b.icmp_signed("<", last, i64(p.units)), last, i64(p.units))
             counted_loop(b, first, end, lambda unit: self._unit(unit, area, out_ptr, out_shape, epilogue))
-            self.ke.e.pop_scope()
 
-        if p.tasks == 1:
-            task(i64(0))
-        elif self.pool is not None:
-            emit_parallel_tasks(b, self.pool, p.tasks, task)
-        else:
-            counted_loop(b, i64(0), i64(p.tasks), task)
+        self._run_tasks(p.tasks, task)
 
     def _unit(self, unit, area, out_ptr, out_shape: ArrayShape, epilogue) -> None:
         """One batch element x one block of groups: stage, compute, write."""

@@ -55,7 +55,6 @@ from .convolution import ConvGeometry
 from .elemental import alloca_in_entry, etype, linear_index
 from .ir_types import I1, I64, PTR, fma_intrinsic, i64, prefetch, smin, splat
 from .llvm_jit import host_jit
-from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
 from .windows import window_source
 
@@ -228,17 +227,8 @@ class PlaneConvolution(ConvolutionEmitter):
         position_blocks = ceil(p.position_tiles / p.position_block)
         n_tasks = g.batch * feature_blocks * position_blocks
 
-        def task(index):
-            ke.e.push_scope()
-            self._block(index, feature_blocks, position_blocks, product, epilogue if in_place else None)
-            ke.e.pop_scope()
-
-        if n_tasks == 1:
-            task(i64(0))
-        elif self.pool is not None:
-            emit_parallel_tasks(self.b, self.pool, n_tasks, task)
-        else:
-            counted_loop(self.b, i64(0), i64(n_tasks), task)
+        self._run_tasks(n_tasks, lambda index: self._block(index, feature_blocks, position_blocks, product,
+                                                           epilogue if in_place else None))
         if not in_place:
             ke.e.buffer_reads[id(self.conv)] = lambda index: ke._load(product, self.conv.shape, index)
             ke._emit_loop(epilogue if epilogue is not None else self.conv)

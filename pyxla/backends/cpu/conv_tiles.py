@@ -430,6 +430,21 @@ class ConvolutionEmitter:
     def threads(self) -> int:
         return self.pool.threads if self.pool is not None else 1
 
+    def _run_tasks(self, n_tasks: int, body) -> None:
+        """body(task index) for each of n_tasks tasks, each in a scope of its own of the
+        elemental emitter: inline for one task, on the pool, or in a loop without one."""
+        def task(index):
+            self.ke.e.push_scope()
+            body(index)
+            self.ke.e.pop_scope()
+
+        if n_tasks == 1:
+            task(i64(0))
+        elif self.pool is not None:
+            emit_parallel_tasks(self.b, self.pool, n_tasks, task)
+        else:
+            counted_loop(self.b, i64(0), i64(n_tasks), task)
+
 
 class TiledConvolution(ConvolutionEmitter):
     def __init__(self, ke, conv: HloInstruction):
@@ -453,24 +468,12 @@ class TiledConvolution(ConvolutionEmitter):
 
     # --- the whole kernel ---------------------------------------------------------------------------
     def emit(self, out_ptr: ir.Value, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:
-        b, p = self.b, self.p
+        p = self.p
         if p.stage_input:
             self._stage_input()
         if p.pack_kernel:
             self._pack_kernel()
-        n_tasks = p.position_blocks * p.panel_blocks
-
-        def task(index):
-            self.ke.e.push_scope()
-            self._block(index, out_ptr, out_shape, epilogue)
-            self.ke.e.pop_scope()
-
-        if n_tasks == 1:
-            task(i64(0))
-        elif self.pool is not None:
-            emit_parallel_tasks(b, self.pool, n_tasks, task)
-        else:
-            counted_loop(b, i64(0), i64(n_tasks), task)
+        self._run_tasks(p.position_blocks * p.panel_blocks, lambda index: self._block(index, out_ptr, out_shape, epilogue))
 
     def _stage_input(self) -> None:
         """Copy the input into scratch as it is read: features minor-most (after batch and the

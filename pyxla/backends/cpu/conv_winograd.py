@@ -49,7 +49,6 @@ from .elemental import alloca_in_entry, etype
 from .ir_types import i64, smin
 from .llvm_jit import host_jit
 from .loops import for_range
-from .parallel import emit_parallel_tasks
 from .sorting import counted_loop
 
 
@@ -225,19 +224,8 @@ class WinogradConvolution(TiledConvolution):
             self._transform_kernel()
         w, p = self.w, self.p
         panel_blocks = ceil(p.panels / w.block_panels)
-        n_tasks = w.strip_blocks * panel_blocks
-
-        def task(index):
-            self.ke.e.push_scope()
-            self._strips(index, panel_blocks, out_ptr, out_shape, epilogue)
-            self.ke.e.pop_scope()
-
-        if n_tasks == 1:
-            task(i64(0))
-        elif self.pool is not None:
-            emit_parallel_tasks(self.b, self.pool, n_tasks, task)
-        else:
-            counted_loop(self.b, i64(0), i64(n_tasks), task)
+        self._run_tasks(w.strip_blocks * panel_blocks,
+                        lambda index: self._strips(index, panel_blocks, out_ptr, out_shape, epilogue))
 
     def _transform_kernel(self) -> None:
         """U = G g G^T into kernel scratch on every call, in WinogradKernel's order, for a
