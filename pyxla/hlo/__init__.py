@@ -6,7 +6,7 @@ from .computation import HloComputation
 from .evaluator import evaluate_computation, evaluate_module, flatten_result
 from .instruction import HloInstruction
 from .module import HloModule
-from .ops import known_opcodes, op_def
+from .ops import has_side_effects, known_opcodes, op_def
 from .parser import parse_module
 from .printer import print_module
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, array, scalar
@@ -22,6 +22,6 @@ __all__ = [
     "PadDim", "ParseError", "S16", "S2", "S32", "S4", "S64", "S8", "Shape", "ShapeError", "SliceDim",
     "TokenShape", "TupleShape", "U16", "U2", "U32", "U4", "U64", "U8", "VerifierError", "WindowDim", "array",
     "element_type", "evaluate_computation", "evaluate_module", "flatten_result", "from_numpy_dtype",
-    "known_opcodes", "op_def", "parse_module", "print_module", "scalar", "scalar_computation",
+    "has_side_effects", "known_opcodes", "op_def", "parse_module", "print_module", "scalar", "scalar_computation",
     "verify_module",
 ]

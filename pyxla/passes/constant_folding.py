@@ -12,9 +12,8 @@ import numpy as np
 
 from ..hlo.evaluator import EvalContext
 from ..hlo.module import HloModule
-from ..hlo.ops import op_def
+from ..hlo.ops import has_side_effects, op_def
 from ..hlo.shape import ArrayShape
-from .dce import _has_side_effects
 from .hlo_pass import hlo_pass
 
 MAX_FOLDED_ELEMENTS = 1 << 16
@@ -24,7 +23,7 @@ NEVER_FOLDED = frozenset({"parameter", "constant", "broadcast", "iota", "while",
 
 
 def _foldable(instr) -> bool:
-    if instr.opcode in NEVER_FOLDED or _has_side_effects(instr):
+    if instr.opcode in NEVER_FOLDED or has_side_effects(instr):
         return False
     if not isinstance(instr.shape, ArrayShape) or instr.shape.size > MAX_FOLDED_ELEMENTS:
         return False

@@ -7,7 +7,7 @@ literal bits. Side-effecting and random ops are never merged.
 from __future__ import annotations
 
 from ..hlo.module import HloModule
-from .dce import _has_side_effects
+from ..hlo.ops import has_side_effects
 from .hlo_pass import hlo_pass
 
 
@@ -60,7 +60,7 @@ def common_subexpression_elimination(module: HloModule) -> bool:
     for comp in module.computations:
         seen = {}
         for instr in comp.post_order():
-            if instr.opcode in ("parameter", "rng-bit-generator", "rng") or _has_side_effects(instr):
+            if instr.opcode in ("parameter", "rng-bit-generator", "rng") or has_side_effects(instr):
                 continue
             key = keys.instruction(instr)
             first = seen.get(key)

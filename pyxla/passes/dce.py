@@ -2,23 +2,14 @@
 from __future__ import annotations
 
 from ..hlo.module import HloModule
-from ..hlo.ops import op_def
+from ..hlo.ops import has_side_effects
 from .hlo_pass import hlo_pass
-
-
-def _has_side_effects(instr) -> bool:
-    if instr.opcode == "custom-call":
-        return bool(instr.attrs.get("custom_call_has_side_effect"))
-    try:
-        return op_def(instr.opcode).side_effects
-    except NotImplementedError:
-        return True   # unknown: keep it
 
 
 def remove_dead_instructions(comp) -> bool:
     """Drop instructions of `comp` that do not reach ROOT and have no side effects."""
     live: set[int] = set()
-    stack = [comp.root] + [i for i in comp.instructions if _has_side_effects(i) or i.opcode == "parameter"]
+    stack = [comp.root] + [i for i in comp.instructions if has_side_effects(i) or i.opcode == "parameter"]
     while stack:
         instr = stack.pop()
         if id(instr) in live:

@@ -18,12 +18,12 @@ import math
 import numpy as np
 
 from ..hlo.computation import HloComputation
-from ..hlo.instruction import HloInstruction
+from ..hlo.instruction import HloInstruction, uniform_value
 from ..hlo.module import HloModule
+from ..hlo.ops import has_side_effects
 from ..hlo.shape import ArrayShape, TupleShape
-from ..hlo.instruction import uniform_value
 from .call_inliner import inline_computation
-from .dce import _has_side_effects, remove_dead_instructions
+from .dce import remove_dead_instructions
 from .hlo_pass import hlo_pass
 
 # Not worth hoisting: free or cheaper to recompute than to carry.
@@ -118,7 +118,7 @@ def _live_state(loop: HloInstruction) -> set[int] | None:
     if cond_reads is None or body.root.opcode != "tuple":
         return None
     live |= cond_reads
-    side = [i for i in body.instructions if _has_side_effects(i)]
+    side = [i for i in body.instructions if has_side_effects(i)]
     side_reads = _reads(body, side) if side else set()
     if side_reads is None:
         return None
@@ -189,7 +189,7 @@ def hoist_invariants(module: HloModule, loop: HloInstruction) -> bool:
             if idx in passthrough:
                 invariant.add(id(instr))
         elif instr.opcode == "constant" or (instr.operands and instr.opcode not in ("parameter", "rng-bit-generator")
-                                             and not _has_side_effects(instr)
+                                             and not has_side_effects(instr)
                                              and not instr.called_computations()
                                              and all(id(o) in invariant for o in instr.operands)):
             invariant.add(id(instr))

@@ -5,8 +5,8 @@ import numpy as np
 
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
+from ..hlo.ops import has_side_effects
 from ..hlo.shape import ArrayShape
-from .dce import _has_side_effects
 from .hlo_pass import hlo_pass
 
 
@@ -17,7 +17,7 @@ def zero_sized_elimination(module: HloModule) -> bool:
     for comp in module.computations:
         for instr in comp.post_order():
             if (isinstance(instr.shape, ArrayShape) and instr.shape.size == 0
-                    and instr.opcode not in ("constant", "parameter") and not _has_side_effects(instr)):
+                    and instr.opcode not in ("constant", "parameter") and not has_side_effects(instr)):
                 empty = np.zeros(instr.shape.dims, instr.shape.dtype.np_dtype)
                 const = HloInstruction(module.fresh_name("constant"), "constant", instr.shape,
                                        attrs={k: v for k, v in instr.attrs.items() if k == "metadata"}, literal=empty)

@@ -25,9 +25,12 @@ Contracts for the two functions of a record:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...errors import ShapeError
+
+if TYPE_CHECKING:
+    from ..instruction import HloInstruction
 
 # How fusion treats an opcode (XLA's classification):
 #   elementwise  every output element depends on the same-index element of each operand
@@ -87,6 +90,21 @@ def op_def(opcode: str) -> OpDef:
         return REGISTRY[opcode]
     except KeyError:
         raise NotImplementedError(f"HLO opcode '{opcode}' is not supported by pyxla") from None
+
+
+def has_side_effects(instr: HloInstruction) -> bool:
+    """Whether `instr` must stay even when nothing uses its result.
+
+    The opcode's record says so (its `side_effects` fact); a custom-call says so itself, by its
+    custom_call_has_side_effect attribute; an opcode pyxla does not know counts as having side
+    effects, so that passes keep it.
+    """
+    if instr.opcode == "custom-call":
+        return bool(instr.attrs.get("custom_call_has_side_effect"))
+    try:
+        return op_def(instr.opcode).side_effects
+    except NotImplementedError:
+        return True
 
 
 def known_opcodes() -> list[str]:
