@@ -14,6 +14,7 @@ from .errors import (ArgumentError, ConcretizationError, EvaluationError, ParseE
 from .frontend import (default_backend, jit, register_pytree_node, set_default_backend,  # noqa: F401
                        tree_flatten, tree_map, tree_unflatten)
 from .frontend.array import Array  # noqa: F401,E402  (what pyxla.numpy returns eagerly: an ndarray with .at)
+from . import numpy  # noqa: F401,E402  (installs Tracer's operators and ndarray methods, and Array.at)
 
 
 def __getattr__(name: str):

@@ -64,6 +64,10 @@ class Tracer:
 
     `weak` marks a value that came from a Python scalar: in dtype promotion it adopts the
     other operand's type, as NumPy 2 does for Python scalars.
+
+    Its operators, ndarray methods (`.sum()`, `.reshape()`, `.T`, ...), indexing, `.at` and
+    NumPy's dispatch protocols are implemented by pyxla.numpy, which installs them
+    (pyxla/numpy/array_methods.py); `import pyxla` does so.
     """
 
     __slots__ = ("instr", "trace", "weak")
@@ -121,10 +125,34 @@ class Tracer:
     def __array__(self, dtype=None, copy=None):
         self._concrete("conversion to a NumPy array")
 
+    def item(self, *args):
+        self._concrete("item()")
+
+    def tolist(self):
+        self._concrete("tolist()")
+
     def __iter__(self):
         if not self.shape:
             raise TypeError("iteration over a 0-d traced array")
         return (self[i] for i in range(self.shape[0]))
+
+    def __setitem__(self, index, value):
+        raise TypeError("traced arrays are immutable: instead of x[idx] = y, write x = x.at[idx].set(y)")
+
+    def copy(self) -> "Tracer":
+        return self
+
+    @property
+    def real(self) -> "Tracer":
+        return self
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
 
     def __hash__(self):
         raise TypeError("traced arrays are not hashable")
@@ -288,5 +316,3 @@ def trace_computation(fn: Callable, arg_shapes: Sequence[Shape], name: str,
     comp: HloComputation = trace.builder.build(root)
     return comp, treedef, [outer for outer, _ in trace.captures], lifted
 
-
-from . import array as _array  # noqa: E402,F401  (installs Tracer's operators and ndarray methods)

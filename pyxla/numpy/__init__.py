@@ -13,6 +13,7 @@ The functions live in one file per family, in the order of NumPy's reference:
   contraction.py   matmul, dot, tensordot, einsum, inner, outer
   sorting.py       sort, argsort, searchsorted
 Each registers its public functions with `core.export`; this file gathers them.
+array_methods.py makes them the operators and methods of traced arrays (and `.at` of `Array`).
 """
 import math as _math
 
@@ -20,10 +21,12 @@ import ml_dtypes as _ml_dtypes
 import numpy as _np
 
 from ..frontend.array import Array
-from . import contraction, creation, elementwise, indexing, manipulation, reductions, sorting  # noqa: F401
+from . import (array_methods, contraction, creation, elementwise, indexing, manipulation,  # noqa: F401
+               reductions, sorting)
 from .core import PUBLIC as _PUBLIC
 
 globals().update(_PUBLIC)
+array_methods.install()   # Tracer's operators and ndarray methods, Array.at
 
 ndarray = Array
 
