@@ -32,10 +32,12 @@ from ..errors import ParseError
 from .attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim, attribute_kind
 from .computation import HloComputation
 from .instruction import HloInstruction
+from .lexer import (BOOL, DIM_LABELS, DXD, ELEMENT_SIZE, ELIDED, INT, INT64_MAX, INT64_MIN, MODULE_NAME, PADDING,
+                    SCALAR, TYPE_WORD, UINT, WINDOW_PAD, WORD, WS, Lexer, parse_int)
 from .module import HloModule
+from .printer import FLOAT_FORMATS
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, default_layout
 from .types import ELEMENT_TYPES, ElementType, integer_limits
-from .printer import FLOAT_FORMATS, utf8_bytes
 
 # Every opcode of XLA's HloOpcode list (xla/hlo/ir/hlo_opcode.h). The parser accepts these
 # and whatever the registry knows; whether pyxla can run an opcode is the verifier's and
@@ -69,35 +71,6 @@ _STACK_FRAME_SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations"
 _MAX_NESTING = 64             # tuple shapes / tuple literals: no unbounded recursion
 _MAX_CONSTANT_RANK = 32
 _MAX_ELIDED_ELEMENTS = 1 << 24  # `constant({...})` is filled with zeros; refuse absurd sizes
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-_WS = re.compile(r"(?:[ \t\r\n\f\v]+|/\*.*?\*/|//[^\n]*)*", re.S)
-# A bare name is an identifier; after a `%` sigil anything up to a delimiter will do
-# (`%jit_<lambda>.1`), so every name the IR can hold prints in a form that parses back.
-# (':' and '/' only inside: `%p: f32[]` in a signature and `/*` comments stay delimiters.)
-_SIGIL_NAME = r"[^\s,(){}\[\]=:\"/%*]+(?:[:/][^\s,(){}\[\]=:\"/%*]+)*"
-_NAME = re.compile(r"%(" + _SIGIL_NAME + r")|([A-Za-z_][\w.\-]*)", re.A)
-_WORD = re.compile(r"[A-Za-z_][\w.\-]*", re.A)
-_TYPE_WORD = re.compile(r"([A-Za-z][A-Za-z0-9]*)[ \t]*\[", re.A)
-_UINT = re.compile(r"\d+", re.A)
-_ELEMENT_SIZE = re.compile(r":\s*E\((\d+)\)\s*(?=})", re.A)
-_INT = re.compile(r"[-+]?\d+", re.A)
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_SCALAR = re.compile(r"-?(?:nan(?:\(0x[0-9a-fA-F]+\))?|inf)(?![\w.])|true(?![\w.])|false(?![\w.])"
-                     r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", re.A)
-_PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*", re.A)
-_WINDOW_PAD = re.compile(r"-?\d+_-?\d+(?:x-?\d+_-?\d+)*", re.A)
-_DXD = re.compile(r"-?\d+(?:x-?\d+)*", re.A)
-_DIM_LABELS = re.compile(r"[0-9A-Za-z?]+_[0-9A-Za-z?]+->[0-9A-Za-z?]+")
-_RAW_RUN = re.compile(r'[^"{}\[\]()\s,]+')
-_MODULE_NAME = re.compile(r"%?(" + _SIGIL_NAME + ")")
-_BOOL = re.compile(r"(true|false)(?![\w.\-])")
-_ELIDED = re.compile(r"\{\s*\.\.\.\s*\}")
-_TOKEN_FOR_MESSAGE = re.compile(r'%?[\w.\-]+|"[^"\n]{0,30}"?|\S', re.A)
-
-_CLOSERS = {"{": "}", "[": "]", "(": ")"}
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?": "?",
-            "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
 def parse_module(text: str, source: str = "<hlo>") -> HloModule:
@@ -111,14 +84,6 @@ def parse_module(text: str, source: str = "<hlo>") -> HloModule:
         raise
     except Exception as e:  # a parser bug must still honour the one-exception contract
         raise parser.error_at(parser.pos, f"internal parser error: {type(e).__name__}: {e}") from e
-
-
-def _int(digits: str) -> int:
-    """int() of a decimal token; absurdly long ones (past Python's int-string limit) become a
-    value far out of every range, so range checks report them."""
-    if len(digits) > 40:
-        return -(10 ** 40) if digits.startswith("-") else 10 ** 40
-    return int(digits)
 
 
 def known_opcode(opcode: str) -> bool:
@@ -139,191 +104,17 @@ class _ComputationScope:
         self.control_refs: list[tuple[str, int]] = []
 
 
-class _Parser:
+class _Parser(Lexer):
     def __init__(self, text: str, source: str):
-        self.text = text
-        self.source = source
-        self.n = len(text)
-        self.pos = 0
+        super().__init__(text, source)
         # (instruction, attribute name, [(computation name, position)], single?) resolved
         # once every computation is read: calls may point forward.
         self.computation_refs: list[tuple[HloInstruction, str, list[tuple[str, int]], bool]] = []
 
-    # --- errors -------------------------------------------------------------------------
-    def error_at(self, pos: int, message: str) -> ParseError:
-        text = self.text
-        if pos >= self.n:   # at end of input: point just past the last real character
-            pos = len(text.rstrip())
-        line_start = text.rfind("\n", 0, pos) + 1
-        line_end = text.find("\n", pos)
-        if line_end < 0:
-            line_end = self.n
-        line = text.count("\n", 0, pos) + 1
-        return ParseError(message, line, pos - line_start + 1, text[line_start:line_end].rstrip("\r"),
-                          self.source)
-
-    def error(self, message: str) -> ParseError:
-        self.skip_ws()
-        return self.error_at(self.pos, message)
-
-    def found(self, pos: int | None = None) -> str:
-        """The token at `pos` as error messages quote it."""
-        if pos is None:
-            self.skip_ws()
-            pos = self.pos
-        if pos >= self.n:
-            return "end of input"
-        m = _TOKEN_FOR_MESSAGE.match(self.text, pos)
-        tok = m.group() if m else self.text[pos]
-        return f"'{tok}'"
-
-    def expected(self, what: str) -> ParseError:
-        return self.error(f"expected {what}, found {self.found()}")
-
-    # --- tokens -------------------------------------------------------------------------
-    def skip_ws(self) -> None:
-        self.pos = _WS.match(self.text, self.pos).end()
-        if self.text.startswith("/*", self.pos):
-            raise self.error_at(self.pos, "unterminated comment: '/*' without '*/'")
-
-    def at_end(self) -> bool:
-        self.skip_ws()
-        return self.pos >= self.n
-
-    def peek(self) -> str:
-        self.skip_ws()
-        return self.text[self.pos] if self.pos < self.n else ""
-
-    def accept(self, token: str) -> bool:
-        self.skip_ws()
-        if self.text.startswith(token, self.pos):
-            self.pos += len(token)
-            return True
-        return False
-
-    def expect(self, token: str, context: str) -> None:
-        if not self.accept(token):
-            raise self.expected(f"'{token}' {context}")
-
-    def accept_keyword(self, word: str) -> bool:
-        self.skip_ws()
-        m = _WORD.match(self.text, self.pos)
-        if m and m.group() == word:
-            self.pos = m.end()
-            return True
-        return False
-
-    def match(self, regex: re.Pattern) -> re.Match | None:
-        self.skip_ws()
-        m = regex.match(self.text, self.pos)
-        if m:
-            self.pos = m.end()
-        return m
-
-    def name(self, what: str) -> tuple[str, int]:
-        """A name with or without its `%` sigil, and where it starts."""
-        self.skip_ws()
-        start = self.pos
-        m = self.match(_NAME)
-        if not m:
-            raise self.expected(what)
-        return m.group(1) or m.group(2), start
-
-    def integer(self, what: str, lo: int = _INT64_MIN, hi: int = _INT64_MAX) -> int:
-        self.skip_ws()
-        start = self.pos
-        m = self.match(_INT)
-        if not m:
-            raise self.expected(what)
-        value = _int(m.group())
-        if not lo <= value <= hi:
-            raise self.error_at(start, f"{what} {value} is out of range [{lo}, {hi}]")
-        return value
-
-    def string(self, what: str) -> str:
-        """A double-quoted string with C escapes, unescaped."""
-        self.skip_ws()
-        start = self.pos
-        if self.peek() != '"':
-            raise self.expected(what)
-        m = _STRING.match(self.text, start)
-        if not m:
-            raise self.error_at(start, "unterminated string: '\"' without a closing '\"'")
-        self.pos = m.end()
-        return self.unescape(m.group()[1:-1], start + 1)
-
-    def unescape(self, body: str, pos: int) -> str:
-        """C escapes (absl::CUnescape): octal and hex escapes are bytes of UTF-8 text."""
-        if "\\" not in body:
-            return body
-        out = bytearray()
-        i = 0
-        while i < len(body):
-            c = body[i]
-            if c != "\\":
-                out += utf8_bytes(c)
-                i += 1
-                continue
-            e = body[i + 1]
-            octal = re.match(r"[0-7]{1,3}", body[i + 1:i + 4])
-            hexa = re.match(r"x([0-9a-fA-F]{1,2})", body[i + 1:i + 4])
-            if e in _ESCAPES:
-                out += _ESCAPES[e].encode()
-                i += 2
-            elif octal and int(octal.group(), 8) < 256:
-                out.append(int(octal.group(), 8))
-                i += 1 + len(octal.group())
-            elif hexa:
-                out.append(int(hexa.group(1), 16))
-                i += 1 + len(hexa.group())
-            else:
-                raise self.error_at(pos + i, f"invalid escape sequence '\\{e}' in string")
-        return out.decode("utf-8", "surrogateescape")
-
-    def raw_value(self, what: str) -> str:
-        """The exact text of a value: balanced (), [], {} and quoted strings, up to a ',' or
-        whitespace outside any bracket."""
-        self.skip_ws()
-        text, start = self.text, self.pos
-        stack: list[tuple[str, int]] = []
-        i = start
-        while i < self.n:
-            c = text[i]
-            if c == '"':
-                m = _STRING.match(text, i)
-                if not m:
-                    raise self.error_at(i, "unterminated string: '\"' without a closing '\"'")
-                i = m.end()
-                continue
-            if c in _CLOSERS:
-                stack.append((c, i))
-            elif c in "}])":
-                if not stack:
-                    break
-                opener, at = stack.pop()
-                if _CLOSERS[opener] != c:
-                    raise self.error_at(i, f"expected '{_CLOSERS[opener]}' to close '{opener}' "
-                                           f"of {what}, found '{c}'")
-            elif not stack and (c == "," or c.isspace()):
-                break
-            else:
-                m = _RAW_RUN.match(text, i)
-                if m:
-                    i = m.end()
-                    continue
-            i += 1
-        if stack:
-            opener, at = stack[-1]
-            raise self.error_at(at, f"'{opener}' of {what} is never closed")
-        if i == start:
-            raise self.error_at(start, f"expected {what}, found {self.found(start)}")
-        self.pos = i
-        return text[start:i]
-
     # --- shapes -------------------------------------------------------------------------
     def looks_like_shape(self) -> bool:
         c = self.peek()
-        return c == "(" or bool(_TYPE_WORD.match(self.text, self.pos))
+        return c == "(" or bool(TYPE_WORD.match(self.text, self.pos))
 
     def shape(self, what: str = "a shape", depth: int = 0) -> Shape:
         self.skip_ws()
@@ -340,7 +131,7 @@ class _Parser:
                     self.expect(")", "to close the tuple shape")
                     break
             return TupleShape(tuple(elements))
-        m = _TYPE_WORD.match(self.text, self.pos)
+        m = TYPE_WORD.match(self.text, self.pos)
         if not m:
             raise self.expected(what)
         word = m.group(1)
@@ -367,11 +158,11 @@ class _Parser:
             start = self.pos
             if self.text.startswith(("<=", "?"), start):
                 raise self.error_at(start, "dynamic dimensions are not supported")
-            m = self.match(_UINT)
+            m = self.match(UINT)
             if not m:
                 raise self.expected("a dimension size")
-            size = _int(m.group())
-            if size > _INT64_MAX:
+            size = parse_int(m.group())
+            if size > INT64_MAX:
                 raise self.error_at(start, f"dimension size {size} is too large")
             dims.append(size)
             if self.accept(","):
@@ -391,14 +182,14 @@ class _Parser:
         start = self.pos
         if not self.text.startswith("{", start):
             return None
-        after = _WS.match(self.text, start + 1).end()
+        after = WS.match(self.text, start + 1).end()
         if after >= self.n or not (self.text[after].isdigit() or self.text[after] == "}"):
             return None
         self.pos = start + 1
         order: list[int] = []
         if not self.accept("}"):
             while True:
-                order.append(self.integer("a layout dimension", 0, _INT64_MAX))
+                order.append(self.integer("a layout dimension", 0, INT64_MAX))
                 if self.accept(","):
                     continue
                 if self.peek() == ":":
@@ -415,7 +206,7 @@ class _Parser:
     def element_size(self, etype: ElementType) -> None:
         """`:E(bits)` in a layout, only as the element size of a sub-byte type."""
         start = self.pos
-        m = _ELEMENT_SIZE.match(self.text, self.pos)
+        m = ELEMENT_SIZE.match(self.text, self.pos)
         if m is None or etype.bits >= 8 or int(m.group(1)) != etype.bits:
             raise self.error_at(start, "layout tiling and memory spaces (':' in a layout) are not supported "
                                        "(only E(<bits>) of a 2- or 4-bit type)")
@@ -426,7 +217,7 @@ class _Parser:
         if not self.accept_keyword("HloModule"):
             raise self.expected("'HloModule' at the start of the module")
         self.skip_ws()
-        m = self.match(_MODULE_NAME)
+        m = self.match(MODULE_NAME)
         if not m:
             raise self.expected("a module name after 'HloModule'")
         module = HloModule(m.group(1))
@@ -457,7 +248,7 @@ class _Parser:
     def attribute_name(self) -> tuple[str, int]:
         self.skip_ws()
         start = self.pos
-        m = self.match(_WORD)
+        m = self.match(WORD)
         if not m:
             raise self.expected("an attribute name")
         name = m.group()
@@ -468,14 +259,14 @@ class _Parser:
         """The FileNames / FunctionNames / FileLocations / StackFrames tables of a dump."""
         while True:
             self.skip_ws()
-            m = _WORD.match(self.text, self.pos)
+            m = WORD.match(self.text, self.pos)
             if not m or m.group() not in _STACK_FRAME_SECTIONS:
                 return
-            after = _WS.match(self.text, m.end()).end()
+            after = WS.match(self.text, m.end()).end()
             if self.text.startswith(("{", "(", "="), after):   # a computation of that name
                 return
             self.pos = m.end()
-            while self.match(_UINT):
+            while self.match(UINT):
                 if self.peek() == '"':
                     self.string("a stack-frame table entry")
                 elif self.peek() == "{":
@@ -542,7 +333,7 @@ class _Parser:
         shape = self.shape(f"a shape for instruction '{name}'")
         self.skip_ws()
         opcode_pos = self.pos
-        m = self.match(_WORD)
+        m = self.match(WORD)
         if not m:
             raise self.expected(f"an opcode for instruction '{name}'")
         opcode = m.group()
@@ -566,7 +357,7 @@ class _Parser:
         if instr.opcode == "parameter":
             self.skip_ws()
             number_pos = self.pos
-            number = self.integer("a parameter number", 0, _INT64_MAX)
+            number = self.integer("a parameter number", 0, INT64_MAX)
             if number in scope.parameter_numbers:
                 raise self.error_at(number_pos, f"parameter number {number} is already used by "
                                                 f"'{scope.parameter_numbers[number].name}'")
@@ -616,12 +407,12 @@ class _Parser:
         if kind == "int":
             return self.integer(f"an integer for attribute '{name}'")
         if kind == "bool":
-            m = self.match(_BOOL)
+            m = self.match(BOOL)
             if not m:
                 raise self.expected(f"true or false for attribute '{name}'")
             return m.group(1) == "true"
         if kind == "enum":
-            m = self.match(_WORD)
+            m = self.match(WORD)
             if not m:
                 raise self.expected(f"a name for attribute '{name}'")
             return m.group()
@@ -648,7 +439,7 @@ class _Parser:
         if kind == "dim_labels":
             self.skip_ws()
             start = self.pos
-            m = self.match(_DIM_LABELS)
+            m = self.match(DIM_LABELS)
             if not m:
                 raise self.expected("dim_labels such as b01f_01io->b01f")
             try:
@@ -683,9 +474,9 @@ class _Parser:
 
     def int_parts(self, text: str, start: int) -> list[int]:
         """The integers of a `1_-2_0` / `2x2` piece, each within int64."""
-        values = [_int(v) for v in re.findall(r"-?\d+", text)]
+        values = [parse_int(v) for v in re.findall(r"-?\d+", text)]
         for v in values:
-            if not _INT64_MIN <= v <= _INT64_MAX:
+            if not INT64_MIN <= v <= INT64_MAX:
                 raise self.error_at(start, f"value {v} in '{text}' is out of range")
         return values
 
@@ -693,7 +484,7 @@ class _Parser:
         right_after_equals = self.pos
         self.skip_ws()
         start = self.pos
-        m = self.match(_PADDING)
+        m = self.match(PADDING)
         if not m:
             # A rank-0 pad prints an empty config: `padding=` followed by ',' or the line's end.
             if right_after_equals >= self.n or self.text[right_after_equals] in ",\r\n":
@@ -713,7 +504,7 @@ class _Parser:
         while not self.accept("}"):
             self.skip_ws()
             key_pos = self.pos
-            m = self.match(_WORD)
+            m = self.match(WORD)
             if not m:
                 raise self.expected("a window field (size, stride, pad, lhs_dilate, rhs_dilate, "
                                     "rhs_reversal) or '}'")
@@ -726,12 +517,12 @@ class _Parser:
             self.skip_ws()
             value_pos = self.pos
             if key == "pad":
-                m = self.match(_WINDOW_PAD)
+                m = self.match(WINDOW_PAD)
                 if not m:
                     raise self.expected("window padding such as 0_0x1_1")
                 values = [tuple(self.int_parts(p, value_pos)) for p in m.group().split("x")]
             else:
-                m = self.match(_DXD)
+                m = self.match(DXD)
                 if not m:
                     raise self.expected(f"window {key} such as 2x2")
                 values = [self.int_parts(p, value_pos)[0] for p in m.group().split("x")]
@@ -766,7 +557,7 @@ class _Parser:
             self.accept(",")
             self.skip_ws()
             key_pos = self.pos
-            m = self.match(_WORD)
+            m = self.match(WORD)
             if not m:
                 raise self.expected("a metadata field or '}'")
             key = m.group()
@@ -791,7 +582,7 @@ class _Parser:
     def literal(self, shape: Shape, depth: int = 0) -> Any:
         self.skip_ws()
         if isinstance(shape, TupleShape):
-            if _ELIDED.match(self.text, self.pos):   # XLA elides tuple literals
+            if ELIDED.match(self.text, self.pos):   # XLA elides tuple literals
                 start = self.pos
                 self.pos = self.text.index("}", start) + 1
                 return self.elided(shape, start)
@@ -809,7 +600,7 @@ class _Parser:
             raise self.error(f"a constant cannot have shape {shape.to_text(False)}")
         if shape.rank == 0:
             start = self.pos
-            m = self.match(_SCALAR)
+            m = self.match(SCALAR)
             if not m:
                 raise self.expected(f"a scalar literal of type {shape.dtype.name}")
             return _elements_to_array(self, [m.group()], [start], shape.dtype).reshape(())
@@ -835,7 +626,7 @@ class _Parser:
         after_item = False        # the last thing read in this list was an element
         tokens: list[str] = []
         positions: list[int] = []
-        ws = _WS
+        ws = WS
         while True:
             pos = ws.match(text, self.pos).end()
             self.pos = pos
@@ -872,7 +663,7 @@ class _Parser:
                 continue
             if c == "{":
                 raise self.error_at(pos, f"literal nests deeper than the rank of {shape_text}")
-            m = _SCALAR.match(text, pos)
+            m = SCALAR.match(text, pos)
             if not m:
                 raise self.expected(f"a literal element of type {shape.dtype.name}")
             tokens.append(m.group())
@@ -930,9 +721,9 @@ def _elements_to_array(parser: _Parser, tokens: list[str], positions: list[int],
         least, greatest = integer_limits(etype)
         values = []
         for tok, pos in zip(tokens, positions):
-            if not _INT.fullmatch(tok):
+            if not INT.fullmatch(tok):
                 raise parser.error_at(pos, f"expected an integer for a {etype.name} literal, found '{tok}'")
-            v = _int(tok)
+            v = parse_int(tok)
             if not least <= v <= greatest:
                 raise parser.error_at(pos, f"value {v} is out of range for {etype.name} "
                                            f"[{least}, {greatest}]")
