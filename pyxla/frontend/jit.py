@@ -26,7 +26,7 @@ from ..hlo.printer import print_module
 from ..hlo.shape import ArrayShape
 from ..hlo.types import ELEMENT_TYPES, from_numpy_dtype
 from ..hlo.verifier import verify_module
-from ..runtime.analysis import cost_analysis, memory_analysis
+from ..hlo.cost_analysis import cost_analysis, memory_analysis
 from .pytree import PyTreeDef, tree_flatten, tree_unflatten
 from .tracing import Trace, Tracer
 

@@ -22,7 +22,7 @@ from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
 from ..hlo.shape import ArrayShape, TupleShape
-from ..runtime.analysis import byte_size
+from ..hlo.cost_analysis import byte_size
 
 VIEWS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier"})   # no memory of their own
 ALIGNMENT = 64

@@ -12,7 +12,7 @@ import heapq
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
-from ..runtime.analysis import byte_size
+from ..hlo.cost_analysis import byte_size
 
 # Results that own no new buffer: views of operands or caller-owned memory.
 NO_ALLOCATION = frozenset({"parameter", "tuple", "get-tuple-element", "bitcast", "constant"})

@@ -17,11 +17,13 @@ from pathlib import Path
 from ...compiler import CompiledModule, compile_module
 from ...hlo.module import HloModule
 from ...hlo.verifier import verify_module
-from . import bits, conv_depthwise, conv_planes, conv_pointwise, conv_tiles, conv_winograd, convolution, indexing, rng, sorting, windows  # noqa: F401  (register their kernels and rules)
+# Importing these registers their kernels and elemental rules with codegen.
+from .conv import depthwise, geometry, planes, pointwise, tiles, winograd  # noqa: F401
+from .ops import indexing, rng, sorting, windows  # noqa: F401
 from .codegen import ModuleCodegen
-from .executable import CpuExecutable
-from .parameter_forms import choose_parameter_forms
-from .llvm_jit import host_jit
+from .runtime.executable import CpuExecutable
+from .runtime.parameter_forms import choose_parameter_forms
+from .runtime.llvm_jit import host_jit
 
 
 _module_numbers = itertools.count()

@@ -62,19 +62,21 @@ from ...hlo.module import HloModule
 from ...hlo.ops.registry import op_def
 from ...hlo.shape import ArrayShape, TupleShape
 from ...hlo.types import integer_limits
-from ...runtime.analysis import byte_size
-from . import kernel_profile
-from .blas import emit_gemm
-from .concat_rows import concatenate_of, emit_concatenated_rows
+from ...hlo.cost_analysis import byte_size
+from .runtime import kernel_profile
+from .dot.blas import emit_gemm
+from .ops.concat_rows import concatenate_of, emit_concatenated_rows
 from .control_flow import (CONTROL_FLOW, VIEWS, Frame, Leaf, align, copy_array, plan_memory,
                            tuple_element_offsets, value_leaves)
-from .elemental import RULES, ElementalEmitter, Unsupported, delinearize, emit_reduction_loop, etype, linear_index
-from .dot_tasks import emit_dot_tasks
-from .gemv_kernel import emit_gemv
-from .ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
-from .loops import for_range, for_span
-from .parallel import emit_parallel_tasks, worker_pool
-from .transpose_loops import blocked_loop_nest, crossed_dimensions
+from ..llvm.elemental import RULES, ElementalEmitter, Unsupported, emit_reduction_loop
+from ..llvm.indices import delinearize, linear_index
+from ..llvm.ir_types import etype
+from .dot.tasks import emit_dot_tasks
+from .dot.gemv import emit_gemv
+from ..llvm.ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
+from ..llvm.loops import for_range, for_span
+from .runtime.parallel import emit_parallel_tasks, worker_pool
+from ..llvm.transpose_loops import blocked_loop_nest, crossed_dimensions
 
 # Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
 # emit(kernel_emitter). Files in this package that add one register it here.
@@ -843,3 +845,17 @@ def _prod(dims) -> int:
     for d in dims:
         out *= d
     return out
+
+
+def output_pointers(ke) -> list[ir.Value]:
+    """The kernel's output buffer, or one pointer per element of a tuple-valued output."""
+    shape = ke.instr.shape
+    if not isinstance(shape, TupleShape):
+        return [ke.out_ptr]
+    return [ke.b.gep(ke.out_ptr, [i64(at)], source_etype=I8) if at else ke.out_ptr
+            for at in tuple_element_offsets(shape)]
+
+
+def kernel_root(ke) -> HloInstruction:
+    """The op a kernel computes: the instruction itself, or the root of its fusion."""
+    return ke.fused.root if ke.fused is not None else ke.instr

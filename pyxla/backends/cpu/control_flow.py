@@ -47,10 +47,11 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
 from ...hlo.ops.control import _branches
 from ...hlo.shape import ArrayShape, Shape, TupleShape
-from ...runtime.analysis import byte_size
-from .elemental import Unsupported, linear_index
-from .ir_types import I1, I8, I32, I64, PTR, i64, storage_type
-from .loops import for_range
+from ...hlo.cost_analysis import byte_size
+from ..llvm.elemental import Unsupported
+from ..llvm.indices import linear_index
+from ..llvm.ir_types import I1, I8, I32, I64, PTR, i64, storage_type
+from ..llvm.loops import for_range
 
 # Instructions that only regroup the leaves of other values.
 VIEWS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier", "parameter", "constant"})

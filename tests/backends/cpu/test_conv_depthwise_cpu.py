@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import codegen, conv_depthwise, parallel
+from pyxla.backends.cpu import codegen
+from pyxla.backends.cpu.conv import depthwise as conv_depthwise
+from pyxla.backends.cpu.runtime import parallel
 from pyxla.hlo import parse_module
 
 from .differential import assert_cpu_matches_interpreter

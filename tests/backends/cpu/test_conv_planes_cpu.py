@@ -7,8 +7,9 @@ result laid out differently from the convolution, one thread and several, both v
 widths."""
 import pytest
 
-from pyxla.backends.cpu import codegen, conv_planes
-from pyxla.backends.cpu.llvm_jit import host_jit
+from pyxla.backends.cpu import codegen
+from pyxla.backends.cpu.conv import planes as conv_planes
+from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 
 from .differential import assert_cpu_matches_interpreter, emitted_by
 from .test_parallel import pool  # noqa: F401  (fixture)

@@ -6,7 +6,7 @@ against the interpreter on fresh random inputs; and what stays with the register
 import numpy as np
 import pytest
 
-from pyxla.backends.cpu import conv_pointwise
+from pyxla.backends.cpu.conv import pointwise as conv_pointwise
 
 from .differential import assert_cpu_matches_interpreter, emitted_by
 from .test_parallel import pool  # noqa: F401  (fixture)

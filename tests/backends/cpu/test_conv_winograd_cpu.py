@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import conv_tiles, conv_winograd
-from pyxla.backends.cpu.llvm_jit import host_jit
+from pyxla.backends.cpu.conv import tiles as conv_tiles, winograd as conv_winograd
+from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 
 from .differential import emitted_by, random_inputs

@@ -8,8 +8,8 @@ import pytest
 
 import pyxla
 import pyxla.numpy as pnp
-from pyxla.backends.cpu import call_shim
-from pyxla.backends.cpu.executable import REUSED_OUTPUT_BYTES
+from pyxla.backends.cpu.runtime import call_shim
+from pyxla.backends.cpu.runtime.executable import REUSED_OUTPUT_BYTES
 
 BIG = REUSED_OUTPUT_BYTES // 4 + 37          # f32 elements: an output the executable reuses
 

@@ -7,7 +7,7 @@ import pytest
 import scipy.special
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import elemental, fast_math
+from pyxla.backends.llvm import elemental, fast_math
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 
 HLO_TYPE = {np.float32: "f32", np.float64: "f64"}

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import codegen, dot_tasks, gemm_kernel
-from pyxla.backends.cpu.llvm_jit import host_jit
+from pyxla.backends.cpu import codegen
+from pyxla.backends.cpu.dot import tasks as dot_tasks, gemm as gemm_kernel
+from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import parse_module
 
 from .test_parallel import pool  # noqa: F401  (fixture)

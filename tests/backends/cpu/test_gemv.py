@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import codegen, gemm_kernel, gemv_kernel
-from pyxla.backends.cpu.llvm_jit import host_jit
+from pyxla.backends.cpu import codegen
+from pyxla.backends.cpu.dot import gemm as gemm_kernel, gemv as gemv_kernel
+from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import parse_module
 
 from .test_parallel import pool  # noqa: F401  (fixture)

@@ -11,8 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from pyxla.backends.cpu import llvm_jit
-from pyxla.backends.cpu.llvm_jit import LlvmJit
+from pyxla.backends.cpu.runtime import llvm_jit
+from pyxla.backends.cpu.runtime.llvm_jit import LlvmJit
 from pyxla.runtime import disk_cache
 from pyxla.runtime.disk_cache import CacheWarning
 

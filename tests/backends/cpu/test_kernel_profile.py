@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import kernel_profile
+from pyxla.backends.cpu.runtime import kernel_profile
 from pyxla.hlo import parse_module
 
 # A dot, a fusion after it, and a loop whose body runs a kernel `trips` times per call.

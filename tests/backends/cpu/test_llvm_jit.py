@@ -4,7 +4,7 @@ import ctypes
 
 import numpy as np
 
-from pyxla.backends.cpu.llvm_jit import LlvmJit
+from pyxla.backends.cpu.runtime.llvm_jit import LlvmJit
 
 IR = """
 define void @scale(ptr %x, ptr %y, i64 %n) {

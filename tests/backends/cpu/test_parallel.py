@@ -17,7 +17,8 @@ import pyxla
 import pyxla.numpy as pnp
 from pyxla import nn
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import codegen, parallel
+from pyxla.backends.cpu import codegen
+from pyxla.backends.cpu.runtime import parallel
 from pyxla.hlo import parse_module
 
 from ...fusion.programs import ARGMAX_REDUCER
@@ -387,7 +388,7 @@ def test_one_thread_configuration(rng, tmp_path):
     """PYXLA_NUM_THREADS=1: no pool, no task functions, the same results."""
     script = textwrap.dedent(f"""
         import numpy as np, pyxla, pyxla.numpy as pnp
-        from pyxla.backends.cpu import parallel
+        from pyxla.backends.cpu.runtime import parallel
         assert parallel.thread_count() == 1 and parallel.worker_pool() is None
         x = np.random.default_rng({int(rng.integers(2 ** 31))}).standard_normal(1 << 21).astype(np.float32)
         total, e = pyxla.jit(lambda x: (pnp.sum(x * x), pnp.exp(x)), backend="cpu")(x)

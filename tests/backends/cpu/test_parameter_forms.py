@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu.conv_planes import PlaneConvolution, WeightTiles
-from pyxla.backends.cpu.conv_tiles import KernelPanels, TiledConvolution
-from pyxla.backends.cpu.executable import FormedArgument
+from pyxla.backends.cpu.conv.planes import PlaneConvolution, WeightTiles
+from pyxla.backends.cpu.conv.tiles import KernelPanels, TiledConvolution
+from pyxla.backends.cpu.runtime.executable import FormedArgument
 from pyxla.errors import ArgumentError
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 from pyxla.runtime.memory import ALIGNMENT

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu.elemental import common_factors
+from pyxla.backends.llvm.elemental import common_factors
 from pyxla.hlo import parse_module
 
 from .differential import assert_cpu_matches_interpreter

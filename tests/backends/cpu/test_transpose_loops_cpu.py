@@ -5,7 +5,7 @@ import pytest
 
 from pyxla.backends.cpu import codegen
 from pyxla.hlo import parse_module
-from pyxla.backends.cpu.transpose_loops import crossed_dimensions
+from pyxla.backends.llvm.transpose_loops import crossed_dimensions
 
 from .differential import assert_cpu_matches_interpreter
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu import conv_tiles, windows
+from pyxla.backends.cpu.conv import tiles as conv_tiles
+from pyxla.backends.cpu.ops import windows
 from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS
-from pyxla.backends.cpu.llvm_jit import host_jit
+from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import evaluate_module, parse_module
 
 from ...passes.test_convolution_layout import PADDED_CHAIN

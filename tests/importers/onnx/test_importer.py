@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import pyxla.onnx  # noqa: E402
-from pyxla.backends.cpu.executable import FormedArgument  # noqa: E402
+from pyxla.backends.cpu.runtime.executable import FormedArgument  # noqa: E402
 from pyxla.errors import ArgumentError  # noqa: E402
 from pyxla.importers.onnx import onnx_model  # noqa: E402
 from pyxla.importers.onnx.registry import OnnxImportError  # noqa: E402

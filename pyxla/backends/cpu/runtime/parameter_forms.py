@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...hlo.instruction import HloInstruction
-from ...hlo.module import HloModule
-from .conv_tiles import kernel_form
+from ....hlo.instruction import HloInstruction
+from ....hlo.module import HloModule
+from ..conv.tiles import kernel_form
 
 
 def choose_parameter_forms(module: HloModule, constant_parameters: tuple[int, ...] | frozenset[int]) -> dict[int, Any]:

@@ -62,10 +62,10 @@ from functools import lru_cache
 
 import llvmlite.ir as ir
 
-from .elemental import alloca_in_entry
-from .ir_types import F32, F64, I32, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, splat
-from .llvm_jit import host_jit
-from .loops import counted_loop
+from ...llvm.ir_types import alloca_in_entry
+from ...llvm.ir_types import F32, F64, I32, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, splat
+from ..runtime.llvm_jit import host_jit
+from ...llvm.loops import counted_loop
 
 # One thread, 1x9216x4096 f32 from L3, GB/s: rows kernel 1 / 2 / 4 / 8 rows at once 17 / 20 /
 # 23 / 23; dots kernel rows x accumulators 1x4 / 2x2 / 4x1 / 4x2 / 8x1 16 / 21 / 24 / 24 / 24.

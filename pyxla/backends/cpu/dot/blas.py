@@ -7,8 +7,8 @@ from functools import lru_cache
 
 import llvmlite.ir as ir
 
-from .ir_types import F32, F64, I8, I32, PTR, VOID, FunctionPointer, i64
-from .parallel import emit_yield_cores
+from ...llvm.ir_types import F32, F64, I8, I32, PTR, VOID, FunctionPointer, i64
+from ..runtime.parallel import emit_yield_cores
 
 _get_name = ctypes.pythonapi.PyCapsule_GetName
 _get_name.restype = ctypes.c_char_p

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from ...hlo.instruction import HloInstruction
 from ...hlo.types import ElementType
 from .low_precision import f32_to_narrow_bits, narrow_bits_to_f32
 
@@ -147,3 +148,17 @@ def transpose_square(b: ir.IRBuilder, rows: list) -> list:
             out[r] = b.shuffle_vector(low, high, ir.Constant(ir.VectorType(I32, n), mask))
         rows, bit = out, bit * 2
     return rows
+
+
+def etype(instr: HloInstruction) -> ElementType:
+    return instr.shape.dtype
+
+
+def alloca_in_entry(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
+    """Stack space in the function's entry block (an alloca in a loop would grow the stack
+    every iteration, and mem2reg promotes only entry-block allocas)."""
+    here = b.block
+    b.position_at_start(b.function.entry_basic_block)
+    slot = b.alloca(ty)
+    b.position_at_end(here)
+    return slot

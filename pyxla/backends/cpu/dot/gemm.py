@@ -41,9 +41,9 @@ from functools import lru_cache
 
 import llvmlite.ir as ir
 
-from .ir_types import F32, F64, I1, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, smin, splat
-from .llvm_jit import host_jit
-from .loops import counted_loop
+from ...llvm.ir_types import F32, F64, I1, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, smin, splat
+from ..runtime.llvm_jit import host_jit
+from ...llvm.loops import counted_loop
 
 NC = 1024                  # columns of B packed at once: KC x NC floats, in L3
 

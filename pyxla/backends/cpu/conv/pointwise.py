@@ -19,17 +19,18 @@ from __future__ import annotations
 
 from math import prod
 
-from ...hlo.attributes import features_first
-from ...hlo.instruction import HloInstruction
-from ...hlo.shape import ArrayShape
-from .codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_tiles import EMITTERS, _operand
-from .convolution import ConvGeometry
-from .dot_tasks import emit_dot_tasks
-from .elemental import delinearize, etype
-from .gemv_kernel import emit_gemv
-from .ir_types import i64
-from .parallel import worker_pool
+from ....hlo.attributes import features_first
+from ....hlo.instruction import HloInstruction
+from ....hlo.shape import ArrayShape
+from ..codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from .tiles import EMITTERS, conv_operand
+from .geometry import ConvGeometry
+from ..dot.tasks import emit_dot_tasks
+from ...llvm.indices import delinearize
+from ...llvm.ir_types import etype
+from ..dot.gemv import emit_gemv
+from ...llvm.ir_types import i64
+from ..runtime.parallel import worker_pool
 
 
 # NHWC convolutions go to the register tiles (conv_tiles.py), which read a constant kernel
@@ -87,8 +88,8 @@ class PointwiseGemm:
     def emit(self, out_ptr, out_shape: ArrayShape, epilogue: HloInstruction | None) -> None:
         ke, conv, g = self.ke, self.conv, self.g
         dn = g.dn
-        x_ptr, x_shape = _operand(ke, conv.operands[0])
-        w_ptr, w_shape = _operand(ke, conv.operands[1])
+        x_ptr, x_shape = conv_operand(ke, conv.operands[0])
+        w_ptr, w_shape = conv_operand(ke, conv.operands[1])
         if any(w.stride != 1 for w in g.window):
             x_ptr, x_shape = subsampled_input(ke, conv, x_ptr, x_shape)
         features, outputs = g.input_features, g.groups * g.group_features

@@ -45,18 +45,19 @@ from math import ceil, prod
 import llvmlite.ir as ir
 import numpy as np
 
-from ...hlo.attributes import features_first
-from ...hlo.instruction import HloInstruction
-from ...hlo.shape import ArrayShape
-from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_pointwise import pointwise, row_major_float, subsampled_input
-from .conv_tiles import EMITTERS, ConvolutionEmitter, _strides, output_tiles_first
-from .convolution import ConvGeometry
-from .elemental import alloca_in_entry, etype, linear_index
-from .ir_types import I1, I64, PTR, fma_intrinsic, i64, prefetch, smin, splat
-from .llvm_jit import host_jit
-from .sorting import counted_loop
-from .windows import window_source
+from ....hlo.attributes import features_first
+from ....hlo.instruction import HloInstruction
+from ....hlo.shape import ArrayShape
+from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from .pointwise import pointwise, row_major_float, subsampled_input
+from .tiles import EMITTERS, ConvolutionEmitter, window_strides, output_tiles_first
+from .geometry import ConvGeometry
+from ...llvm.ir_types import alloca_in_entry, etype
+from ...llvm.indices import linear_index
+from ...llvm.ir_types import I1, I64, PTR, fma_intrinsic, i64, prefetch, smin, splat
+from ..runtime.llvm_jit import host_jit
+from ...llvm.loops import stepped_loop
+from ..ops.windows import window_source
 
 # (features, vectors) of a tile by the host's vector width: 4 x 3 accumulators of AVX2's 16
 # registers, 8 x 3 of AVX-512's 32 (with a register per loaded vector and one broadcast);
@@ -198,7 +199,7 @@ class PlaneConvolution(ConvolutionEmitter):
         self.p = plan(g, self.depth, self.threads, self.t.bytes)
         # the weights of plane c: w_c apart along the planes, w_o along the output features
         self.tiled_weights = isinstance(self.formed_kernel, WeightTiles)
-        strides = _strides(self.rhs_shape)
+        strides = window_strides(self.rhs_shape)
         self.w_o = 1 if self.tiled_weights else strides[g.dn.kernel_output_feature]
         self.w_c = self.p.features if self.tiled_weights else \
             min(s for d, s in enumerate(strides) if d != g.dn.kernel_output_feature) if self.patched \
@@ -280,9 +281,9 @@ class PlaneConvolution(ConvolutionEmitter):
                 value = ke._load(source, shape, g.input_index(b, image, i64(0), feature, (*inside, column)))
                 b.store(value, b.gep(row, [x], source_etype=self.st))
 
-            counted_loop(b, i64(0), begin, store_zero)
-            counted_loop(b, begin, end, store_copy)
-            counted_loop(b, end, i64(width), store_zero)
+            stepped_loop(b, i64(0), begin, store_zero)
+            stepped_loop(b, begin, end, store_copy)
+            stepped_loop(b, end, i64(width), store_zero)
 
         ke._loop_nest(extents[:-1], copy_row, staged.size)
         self.lhs_ptr = ptr
@@ -311,18 +312,18 @@ class PlaneConvolution(ConvolutionEmitter):
 
         def position_tile(t):
             def chunk(k):
-                counted_loop(b, f0, f1, lambda f: self._tile(image, f, t, out_ptr, k))
+                stepped_loop(b, f0, f1, lambda f: self._tile(image, f, t, out_ptr, k))
             if chunks == 1:
                 chunk(i64(0))
             else:
-                counted_loop(b, i64(0), i64(chunks), chunk)
+                stepped_loop(b, i64(0), i64(chunks), chunk)
             if epilogue is not None:
                 first = b.mul(t, i64(p.tile_positions))
                 end = smin(b, b.add(first, i64(p.tile_positions)), i64(p.positions))
                 self._epilogue(image, self._first_feature(f0)[2], self._first_feature(f1)[2], first, end, out_ptr,
                                epilogue)
 
-        counted_loop(b, t0, t1, position_tile)
+        stepped_loop(b, t0, t1, position_tile)
 
     def _first_feature(self, f):
         """(group, tile within the group, first output feature) of feature tile f; for f one
@@ -431,7 +432,7 @@ class PlaneConvolution(ConvolutionEmitter):
                 for xv, slot in zip(xs, slots):
                     b.store(b.call(fma, [weight, xv, b.load(slot)]), slot)
 
-        counted_loop(b, i64(0), depth, step)
+        stepped_loop(b, i64(0), depth, step)
         for slots, ats in zip(sums, outs):
             for v, (slot, at) in enumerate(zip(slots, ats)):
                 self._store(b, b.load(slot), at, mask if v == vectors - 1 else None)
@@ -488,7 +489,7 @@ class PlaneConvolution(ConvolutionEmitter):
             ke._store(out_ptr, shape, index, ke.e.value(epilogue, index))
             ke.e.pop_scope()
 
-        counted_loop(b, first_feature, end_feature, lambda feature: counted_loop(
+        stepped_loop(b, first_feature, end_feature, lambda feature: stepped_loop(
             b, first_position, end_position, lambda position: element(feature, position)))
 
 

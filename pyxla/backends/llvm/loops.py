@@ -23,8 +23,8 @@ from typing import Callable, Sequence
 
 import llvmlite.ir as ir
 
-from .elemental import delinearize
-from .ir_types import I64, i64
+from .indices import delinearize
+from .ir_types import I1, I64, alloca_in_entry, i64
 
 UNROLL_NEST_LIMIT = 16
 FULL_UNROLL_ROW_LIMIT = 256
@@ -133,3 +133,64 @@ def _nest(b: ir.IRBuilder, extents: list[int], index: list, body) -> None:
     if not _may_unroll(extents):
         no_unroll(b, back_edge)
     b.position_at_end(exit_block)
+
+
+def stepped_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value], None],
+                 step: ir.Value | int = 1) -> None:
+    """for (i = start; i < stop; i += step) body(i), with bounds known at run time (i64)."""
+    step = i64(step) if isinstance(step, int) else step
+    pre = b.block
+    header = b.append_basic_block("dloop.header")
+    body_block = b.append_basic_block("dloop.body")
+    exit_block = b.append_basic_block("dloop.exit")
+    b.branch(header)
+    b.position_at_end(header)
+    i = b.phi(I64, name="j")
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", i, stop), body_block, exit_block)
+    b.position_at_end(body_block)
+    body(i)
+    i.add_incoming(b.add(i, step), b.block)
+    no_unroll(b, b.branch(header))
+    b.position_at_end(exit_block)
+
+
+def while_loop(b: ir.IRBuilder, condition: Callable[[], ir.Value], body: Callable[[], None]) -> None:
+    """while (condition()) body(); state lives in stack variables (`variable`)."""
+    header = b.append_basic_block("while.header")
+    body_block = b.append_basic_block("while.body")
+    exit_block = b.append_basic_block("while.exit")
+    b.branch(header)
+    b.position_at_end(header)
+    b.cbranch(condition(), body_block, exit_block)
+    b.position_at_end(body_block)
+    body()
+    no_unroll(b, b.branch(header))
+    b.position_at_end(exit_block)
+
+
+def variable(b: ir.IRBuilder, initial: ir.Value) -> ir.Value:
+    """A mutable stack slot holding `initial` (mem2reg makes it a register)."""
+    slot = alloca_in_entry(b, initial.type)
+    b.store(initial, slot)
+    return slot
+
+
+def short_circuit(b: ir.IRBuilder, first: ir.Value, then: Callable[[], ir.Value], is_and: bool = True) -> ir.Value:
+    """`first && then()` (or `first || then()`): then() is only evaluated when it decides."""
+    before = b.block
+    rhs_block = b.append_basic_block("sc.rhs")
+    done = b.append_basic_block("sc.done")
+    if is_and:
+        b.cbranch(first, rhs_block, done)
+    else:
+        b.cbranch(first, done, rhs_block)
+    b.position_at_end(rhs_block)
+    second = then()
+    rhs_end = b.block
+    b.branch(done)
+    b.position_at_end(done)
+    result = b.phi(I1)
+    result.add_incoming(ir.Constant(I1, 0 if is_and else 1), before)
+    result.add_incoming(second, rhs_end)
+    return result

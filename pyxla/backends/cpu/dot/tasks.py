@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from .elemental import delinearize
-from .gemm_kernel import emit_own_gemm, tiling, workspace_bytes
-from .ir_types import I8, i64, smin
-from .loops import counted_loop
+from ...llvm.indices import delinearize
+from .gemm import emit_own_gemm, tiling, workspace_bytes
+from ...llvm.ir_types import I8, i64, smin
+from ...llvm.loops import counted_loop
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from ...hlo.instruction import HloInstruction
-from ...runtime.analysis import kernel_cost
-from .ir_types import I64, i64
+from ....hlo.instruction import HloInstruction
+from ....hlo.cost_analysis import kernel_cost
+from ...llvm.ir_types import I64, i64
 
 ENVIRONMENT_VARIABLE = "PYXLA_PROFILE"
 WHOLE_CALL = "(whole call)"

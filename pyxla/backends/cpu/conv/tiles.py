@@ -51,20 +51,22 @@ from math import ceil, prod
 import llvmlite.ir as ir
 import numpy as np
 
-from ...fusion.buffer_assignment import read_elementwise
-from ...hlo.attributes import WindowDim, features_first
-from ...hlo.instruction import HloInstruction
-from ...hlo.shape import ArrayShape
-from ...runtime.memory import aligned_copy
-from .codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .convolution import ConvGeometry
-from .elemental import alloca_in_entry, delinearize, etype, linear_index
-from .ir_types import PTR, fma_intrinsic, i64, prefetch, smin, splat, storage_type, transpose_square
-from .llvm_jit import host_jit
-from .loops import for_range
-from .parallel import emit_parallel_tasks, worker_pool
-from .sorting import counted_loop, kernel_root
-from .windows import window_source
+from ....fusion.buffer_assignment import read_elementwise
+from ....hlo.attributes import WindowDim, features_first
+from ....hlo.instruction import HloInstruction
+from ....hlo.shape import ArrayShape
+from ....runtime.memory import aligned_copy
+from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from .geometry import ConvGeometry
+from ...llvm.ir_types import alloca_in_entry, etype
+from ...llvm.indices import delinearize, linear_index
+from ...llvm.ir_types import PTR, fma_intrinsic, i64, prefetch, smin, splat, storage_type, transpose_square
+from ..runtime.llvm_jit import host_jit
+from ...llvm.loops import for_range
+from ..runtime.parallel import emit_parallel_tasks, worker_pool
+from ...llvm.loops import stepped_loop
+from ..codegen import kernel_root
+from ..ops.windows import window_source
 
 # Positions of a tile by the host's vector width (llvm_jit.LlvmJit.vector_bytes): positions x
 # TILE_VECTORS accumulators, 12 of AVX2's 16 registers, 16 of AVX-512's 32. AVX-512's wider
@@ -171,7 +173,7 @@ class TilePlan:
         return self.block_panels * self.panel_columns
 
 
-def _strides(shape: ArrayShape) -> list[int]:
+def window_strides(shape: ArrayShape) -> list[int]:
     """Elements between neighbours along each logical dimension of `shape` in memory."""
     strides = [0] * shape.rank
     step = 1
@@ -181,9 +183,9 @@ def _strides(shape: ArrayShape) -> list[int]:
     return strides
 
 
-def _minor(shape: ArrayShape, dim: int) -> bool:
+def minor_dimension(shape: ArrayShape, dim: int) -> bool:
     """Whether neighbours along `dim` are neighbours in memory."""
-    return shape.dims[dim] == 1 or _strides(shape)[dim] == 1
+    return shape.dims[dim] == 1 or window_strides(shape)[dim] == 1
 
 
 def fits(conv: HloInstruction) -> bool:
@@ -195,7 +197,7 @@ def fits(conv: HloInstruction) -> bool:
         g.group_features >= MIN_GROUP_FEATURES
 
 
-def _panels(g: ConvGeometry, t) -> tuple[int, int, int]:
+def panel_layout(g: ConvGeometry, t) -> tuple[int, int, int]:
     """(lanes, vectors, output features per panel) of the tiles over `g`."""
     lanes = host_jit().vector_bytes // t.bytes
     vectors = TILE_VECTORS if g.group_features > lanes else 1
@@ -206,15 +208,15 @@ def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, p
     g = ConvGeometry.of(conv)
     t = etype(conv)
     vector_bytes = host_jit().vector_bytes
-    lanes, vectors, panel = _panels(g, t)
+    lanes, vectors, panel = panel_layout(g, t)
     group_columns = ceil(g.group_features / panel) * panel
     panels = g.groups * group_columns // panel
     total = g.batch * prod(g.output_spatial)
     positions = _tile_positions(g, total, vector_bytes, panel_ordered)
     taps = prod(w.size for w in g.window)
     depth = taps * g.input_features
-    pack = not panel_ordered and (group_columns != g.group_features or not _minor(rhs, g.dn.kernel_output_feature))
-    stage = not _minor(lhs, g.dn.input_feature) or \
+    pack = not panel_ordered and (group_columns != g.group_features or not minor_dimension(rhs, g.dn.kernel_output_feature))
+    stage = not minor_dimension(lhs, g.dn.input_feature) or \
         any(w.pad_low > 0 or w.pad_high > 0 or w.lhs_dilate != 1 for w in g.window)
     input_spatial = tuple((n - 1) * w.lhs_dilate + 1 + w.pad_low + w.pad_high for n, w in zip(g.input_spatial, g.window)) \
         if stage else g.input_spatial
@@ -259,7 +261,7 @@ def _pixel_step(g: ConvGeometry, lhs: ArrayShape, stage: bool, positions: int) -
     if stage:   # features minor-most, then the last spatial dim
         along = lhs.dims[g.dn.input_feature]
     else:
-        along = _strides(lhs)[g.dn.input_spatial[-1]]
+        along = window_strides(lhs)[g.dn.input_spatial[-1]]
     return last.stride * along
 
 
@@ -287,11 +289,11 @@ def _run_taps(g: ConvGeometry, lhs: ArrayShape, rhs: ArrayShape, stage: bool, re
         return 1
     features = g.input_features
     if not stage:
-        strides = _strides(lhs)
+        strides = window_strides(lhs)
         if strides[g.dn.input_spatial[-1]] != features:
             return 1
     if not reordered:   # (the kernel as packed or in panel order is tap, input feature, output feature)
-        strides = _strides(rhs)
+        strides = window_strides(rhs)
         if strides[g.dn.kernel_spatial[-1]] != features * strides[g.dn.kernel_input_feature]:
             return 1
     return last.size
@@ -412,8 +414,8 @@ class ConvolutionEmitter:
         self.ke, self.b, self.conv = ke, ke.b, conv
         self.t = etype(conv)
         self.st = storage_type(self.t)
-        self.lhs_ptr, self.lhs_shape = _operand(ke, conv.operands[0])
-        self.rhs_ptr, self.rhs_shape = _operand(ke, conv.operands[1])
+        self.lhs_ptr, self.lhs_shape = conv_operand(ke, conv.operands[0])
+        self.rhs_ptr, self.rhs_shape = conv_operand(ke, conv.operands[1])
         kernel = _outer(ke, conv.operands[1])
         entry = ke.codegen.hlo.entry
         self.formed_kernel = ke.codegen.parameter_forms.get(kernel.parameter_number) \
@@ -443,7 +445,7 @@ class ConvolutionEmitter:
         elif self.pool is not None:
             emit_parallel_tasks(self.b, self.pool, n_tasks, task)
         else:
-            counted_loop(self.b, i64(0), i64(n_tasks), task)
+            stepped_loop(self.b, i64(0), i64(n_tasks), task)
 
 
 class TiledConvolution(ConvolutionEmitter):
@@ -461,7 +463,7 @@ class TiledConvolution(ConvolutionEmitter):
         g = ConvGeometry.of(conv)
         if any(w.reversal for w in g.window):
             return None
-        _, _, panel = _panels(g, etype(conv))
+        _, _, panel = panel_layout(g, etype(conv))
         dn = g.dn
         return KernelPanels(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), g.groups,
                             panel)
@@ -641,8 +643,8 @@ class TiledConvolution(ConvolutionEmitter):
                     nominal = b.add(first, b.mul(k, i64(p.positions)))
                     start = smin(b, nominal, b.sub(end, i64(p.positions)))
                     self._tile(start, nominal, q, block, first, first_panel, depth_slice)
-                counted_loop(b, i64(0), tiles, tile)
-            counted_loop(b, first_panel, end_panel, panel)
+                stepped_loop(b, i64(0), tiles, tile)
+            stepped_loop(b, first_panel, end_panel, panel)
 
         # A deep kernel (3x3 over 512 features: 590 KB per panel) is read in slices of the
         # depth, each KERNEL_SLICE_BYTES of a panel's rows, which stay in L1 while every tile
@@ -654,7 +656,7 @@ class TiledConvolution(ConvolutionEmitter):
         if p.slices == 1:
             panels(None)
         else:
-            counted_loop(b, i64(0), i64(p.slices), panels)
+            stepped_loop(b, i64(0), i64(p.slices), panels)
         self._write_block(block, first, end, first_panel, end_panel, out_ptr, out_shape, epilogue)
 
     def _stack_block(self, elements: int) -> ir.Value:
@@ -705,9 +707,9 @@ class TiledConvolution(ConvolutionEmitter):
         sizes = tuple(w.size for w in g.window[:-1]) + ((1,) if g.window else ())
         if p.run_taps == 1:
             sizes = tuple(w.size for w in g.window)
-        in_strides = _strides(self.lhs_shape)
+        in_strides = window_strides(self.lhs_shape)
         rhs = self.rhs_shape
-        kernel_stride = _strides(rhs)[g.dn.kernel_input_feature]
+        kernel_stride = window_strides(rhs)[g.dn.kernel_input_feature]
         out_feature = b.add(b.mul(group, i64(g.group_features if not p.pack_kernel else p.group_columns)), column) \
             if g.groups > 1 else column
 
@@ -747,7 +749,7 @@ class TiledConvolution(ConvolutionEmitter):
             tap(i64(0))
         else:
             segment = ()
-            counted_loop(b, i64(0), i64(p.outer_taps), tap)
+            stepped_loop(b, i64(0), i64(p.outer_taps), tap)
         for r, (row, sums) in enumerate(zip(accumulators, in_block)):
             def store(row=row, sums=sums):
                 for slot, at in zip(row, sums):
@@ -803,12 +805,12 @@ class TiledConvolution(ConvolutionEmitter):
                     b.store(b.call(fma, [x, row, b.load(slot)]), slot)
 
         if begin is not None:
-            counted_loop(b, begin, end, step)
+            stepped_loop(b, begin, end, step)
             return
         length = p.run
         main = length // UNROLL * UNROLL
         if main:
-            counted_loop(b, i64(0), i64(main), lambda c: [step(b.add(c, i64(u)) if u else c) for u in range(UNROLL)],
+            stepped_loop(b, i64(0), i64(main), lambda c: [step(b.add(c, i64(u)) if u else c) for u in range(UNROLL)],
                          step=UNROLL)
         for c in range(main, length):
             step(i64(c))
@@ -845,16 +847,16 @@ class TiledConvolution(ConvolutionEmitter):
                 self._store_result(out_ptr, out_shape, epilogue, batch, spatial, group,
                                    b.add(b.mul(column, i64(p.panel_columns)), lane), value)
 
-        if _minor(out_shape, dn.output_feature):
-            counted_loop(b, first, end, lambda position: counted_loop(
+        if minor_dimension(out_shape, dn.output_feature):
+            stepped_loop(b, first, end, lambda position: stepped_loop(
                 b, first_panel, end_panel,
                 lambda q: for_range(b, [p.panel_columns], lambda lane: store(position, q, lane))))
         else:
             def row(start, at, begin, stop):
                 def columns(q, lane):
-                    counted_loop(b, begin, stop, lambda x: store(
+                    stepped_loop(b, begin, stop, lambda x: store(
                         b.add(start, x), q, lane, (at[0], (*at[1], x)[:len(g.output_spatial)])))
-                counted_loop(b, first_panel, end_panel,
+                stepped_loop(b, first_panel, end_panel,
                              lambda q: for_range(b, [p.panel_columns], lambda lane: columns(q, lane)))
             self._by_rows(first, end, row)
 
@@ -898,7 +900,7 @@ class TiledConvolution(ConvolutionEmitter):
             stop = b.sub(smin(b, end, b.add(start, i64(width))), start)
             body(start, (index[0], tuple(index[1:])), begin, stop)
 
-        counted_loop(b, b.udiv(first, i64(width)), b.udiv(b.add(end, i64(width - 1)), i64(width)), run)
+        stepped_loop(b, b.udiv(first, i64(width)), b.udiv(b.add(end, i64(width - 1)), i64(width)), run)
 
 
 def _outer(ke, value: HloInstruction) -> HloInstruction:
@@ -909,7 +911,7 @@ def _outer(ke, value: HloInstruction) -> HloInstruction:
     return value
 
 
-def _operand(ke, value: HloInstruction) -> tuple[ir.Value, ArrayShape]:
+def conv_operand(ke, value: HloInstruction) -> tuple[ir.Value, ArrayShape]:
     """The buffer of a convolution operand and its shape."""
     outer = _outer(ke, value)
     return ke.pointers[id(outer)], outer.shape

@@ -41,15 +41,16 @@ from math import ceil, prod
 import llvmlite.ir as ir
 import numpy as np
 
-from ...hlo.instruction import HloInstruction
-from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_tiles import EMITTERS, TILE_OVERHEAD, TiledConvolution, _panels, _strides, fits as tiles_fit, output_tiles_first
-from .convolution import ConvGeometry
-from .elemental import alloca_in_entry, etype
-from .ir_types import i64, smin
-from .llvm_jit import host_jit
-from .loops import for_range
-from .sorting import counted_loop
+from ....hlo.instruction import HloInstruction
+from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from .tiles import (EMITTERS, TILE_OVERHEAD, TiledConvolution, panel_layout, window_strides, fits as tiles_fit,
+    output_tiles_first)
+from .geometry import ConvGeometry
+from ...llvm.ir_types import alloca_in_entry, etype
+from ...llvm.ir_types import i64, smin
+from ..runtime.llvm_jit import host_jit
+from ...llvm.loops import for_range
+from ...llvm.loops import stepped_loop
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def transform(conv: HloInstruction) -> Transform:
 def _strip_bytes(f: Transform, conv: HloInstruction) -> int:
     """A task's stack for a strip of the most tiles: V and M."""
     g, t = ConvGeometry.of(conv), etype(conv)
-    _, _, panel = _panels(g, t)
+    _, _, panel = panel_layout(g, t)
     return f.points * max(TILES[host_jit().vector_bytes]) * (g.input_features + panel) * t.bytes
 
 
@@ -212,7 +213,7 @@ class WinogradConvolution(TiledConvolution):
     @staticmethod
     def kernel_form(conv: HloInstruction) -> WinogradKernel:
         g = ConvGeometry.of(conv)
-        _, _, panel = _panels(g, etype(conv))
+        _, _, panel = panel_layout(g, etype(conv))
         dn = g.dn
         return WinogradKernel(dn.kernel_output_feature, dn.kernel_input_feature, tuple(dn.kernel_spatial), panel,
                               transform(conv).tile)
@@ -272,15 +273,15 @@ class WinogradConvolution(TiledConvolution):
         def strip(s):
             nominal = b.add(first, b.mul(s, i64(w.tiles)))
             start = smin(b, nominal, b.sub(end, i64(w.tiles)))
-            counted_loop(b, i64(0), i64(w.tiles), lambda t: self._transform_input(b.add(start, t), t, transformed))
+            stepped_loop(b, i64(0), i64(w.tiles), lambda t: self._transform_input(b.add(start, t), t, transformed))
 
             def panel(q):
-                counted_loop(b, i64(0), i64(self.f.points), lambda xi: self._multiply(xi, q, transformed, products))
-                counted_loop(b, i64(0), i64(w.tiles), lambda t: self._transform_output(
+                stepped_loop(b, i64(0), i64(self.f.points), lambda xi: self._multiply(xi, q, transformed, products))
+                stepped_loop(b, i64(0), i64(w.tiles), lambda t: self._transform_output(
                     b.add(start, t), t, nominal, q, products, pixels, out_ptr, out_shape, epilogue))
-            counted_loop(b, first_panel, end_panel, panel)
+            stepped_loop(b, first_panel, end_panel, panel)
 
-        counted_loop(b, i64(0), strips, strip)
+        stepped_loop(b, i64(0), strips, strip)
 
     def _tile_origin(self, tile) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value]:
         """(batch element, top row, left column, nominal top row, nominal left column) of a
@@ -298,7 +299,7 @@ class WinogradConvolution(TiledConvolution):
         at a time."""
         b, g, p = self.b, self.g, self.p
         dn = g.dn
-        strides = _strides(self.lhs_shape)
+        strides = window_strides(self.lhs_shape)
         batch, y, x, _, _ = self._tile_origin(tile)
         row_step, column_step = strides[dn.input_spatial[0]], strides[dn.input_spatial[1]]
         corner = b.add(b.mul(batch, i64(strides[dn.input_batch])),
@@ -314,7 +315,7 @@ class WinogradConvolution(TiledConvolution):
                 for j in range(self.f.patch):
                     self._store(transformed, b.add(base, i64((i * self.f.patch + j) * self.w.tiles * features)),
                                 values[i][j])
-        counted_loop(b, i64(0), i64(features), vector, step=p.lanes)
+        stepped_loop(b, i64(0), i64(features), vector, step=p.lanes)
 
     def _multiply(self, xi, q, transformed, products) -> None:
         """M[xi][t][panel q] = V[xi][t][:] . U[q][xi]: a register tile of the strip's tiles by
@@ -364,7 +365,7 @@ class WinogradConvolution(TiledConvolution):
                 self._store_result(out_ptr, out_shape, epilogue, batch, at, i64(0), b.add(column, index[0]), value)
             with b.if_then(wanted):
                 for_range(b, [p.panel_columns], lane)
-        counted_loop(b, i64(0), i64(size * size), pixel)
+        stepped_loop(b, i64(0), i64(size * size), pixel)
 
     def _load(self, base, offset) -> ir.Value:
         value = self.b.load(self.b.gep(base, [offset], source_etype=self.st), typ=self.vector)

@@ -11,14 +11,15 @@ from math import prod
 
 import llvmlite.ir as ir
 
-from ...hlo.ops.rng import (PHILOX_MULTIPLIERS, PHILOX_WEYL, THREEFRY_PARITY, THREEFRY_ROTATIONS,
-                            _algorithm, _threefry_split_dim)
-from ...hlo.shape import ArrayShape
-from .codegen import KERNELS
-from .elemental import Unsupported, delinearize, linear_index
-from .ir_types import I32, I64, i64, storage_type
-from .loops import for_range
-from .sorting import kernel_root, output_pointers
+from ....hlo.ops.rng import (PHILOX_MULTIPLIERS, PHILOX_WEYL, THREEFRY_PARITY, THREEFRY_ROTATIONS, _algorithm,
+    _threefry_split_dim)
+from ....hlo.shape import ArrayShape
+from ..codegen import KERNELS
+from ...llvm.elemental import Unsupported
+from ...llvm.indices import delinearize, linear_index
+from ...llvm.ir_types import I32, I64, i64, storage_type
+from ...llvm.loops import for_range
+from ..codegen import kernel_root, output_pointers
 
 
 def _u32(v: int) -> ir.Constant:

@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ...hlo.instruction import HloInstruction
-from ...hlo.ops.indexing import IndexingDims, _gather_dims, _scatter_dims, _scatter_groups
-from ...hlo.shape import ArrayShape
-from ...hlo.types import ElementType
-from .codegen import KERNELS, tuple_element_offsets
-from .control_flow import copy_array, value_leaves
-from .elemental import RULES, ElementalEmitter, Unsupported, _clamp_index, etype
-from .ir_types import I1, I64, i64
-from .loops import for_range
-from .sorting import CUSTOM_CALL_KERNELS, kernel_root, output_pointers
+from ....hlo.instruction import HloInstruction
+from ....hlo.ops.indexing import IndexingDims, _gather_dims, _scatter_dims, _scatter_groups
+from ....hlo.shape import ArrayShape
+from ....hlo.types import ElementType
+from ..codegen import KERNELS, tuple_element_offsets
+from ..control_flow import copy_array, value_leaves
+from ...llvm.elemental import RULES, ElementalEmitter, Unsupported, clamp_index
+from ...llvm.ir_types import etype
+from ...llvm.ir_types import I1, I64, i64
+from ...llvm.loops import for_range
+from .sorting import CUSTOM_CALL_KERNELS
+from ..codegen import kernel_root, output_pointers
 
 INT64_MAX = (1 << 63) - 1
 
@@ -106,7 +108,7 @@ def _gather(e: ElementalEmitter, instr, index):
     batch, window = split_index(index, dn.window_dims)
     starts = batch_starts(e, indices, dn, operand.shape.rank, batch)
     for od in dn.index_map:   # clamped so that the slice fits
-        starts[od] = _clamp_index(b, starts[od], dims[od] - sizes[od] + 1)
+        starts[od] = clamp_index(b, starts[od], dims[od] - sizes[od] + 1)
     return e.value(operand, at_window(b, starts, window, dn.window_operand_dims(operand.shape.rank)))
 
 
@@ -114,7 +116,7 @@ def _gather(e: ElementalEmitter, instr, index):
 
 def clamped_starts(e: ElementalEmitter, start_values, dims: tuple, sizes: tuple) -> list[ir.Value]:
     """dynamic-slice's and dynamic-update-slice's scalar starts, clamped so that `sizes` fit."""
-    return [_clamp_index(e.b, index_as_i64(e.b, e.value(s, ()), etype(s)), n - size + 1)
+    return [clamp_index(e.b, index_as_i64(e.b, e.value(s, ()), etype(s)), n - size + 1)
             for s, n, size in zip(start_values, dims, sizes)]
 
 

@@ -20,7 +20,9 @@ from ...hlo.instruction import HloInstruction, uniform_value
 from ...hlo.shape import ArrayShape
 from ...hlo.types import ElementType
 from .fast_math import fast_binary, fast_unary, power_by_roots, root_exponent
-from .ir_types import F32, F64, I1, I64, compute_type, i64, storage_type, to_compute, to_storage
+from .indices import delinearize, linear_index
+from .ir_types import alloca_in_entry, etype
+from .ir_types import F32, F64, I1, compute_type, i64, storage_type, to_compute, to_storage
 
 
 class Unsupported(NotImplementedError):
@@ -127,10 +129,6 @@ class ElementalEmitter:
         if root.opcode == "tuple":
             return [inner.value(r, ()) for r in root.operands]
         return [inner.value(root, ())]
-
-
-def etype(instr: HloInstruction) -> ElementType:
-    return instr.shape.dtype
 
 
 def _const(ty: ir.Type, value) -> ir.Constant:
@@ -304,7 +302,7 @@ def _compare(e: ElementalEmitter, instr, index):
     d = instr.attrs["direction"]
     if t.is_float:
         if instr.attrs.get("type") == "TOTALORDER":
-            x, y = _total_order_key(b, x, t), _total_order_key(b, y, t)
+            x, y = total_order_key(b, x, t), total_order_key(b, y, t)
             return b.icmp_signed(COMPARE_FLOAT[d], x, y)
         if d == "NE":
             return b.fcmp_unordered("!=", x, y)
@@ -314,7 +312,7 @@ def _compare(e: ElementalEmitter, instr, index):
     return b.icmp_unsigned(COMPARE_FLOAT[d], x, y)
 
 
-def _total_order_key(b: ir.IRBuilder, x, t: ElementType):
+def total_order_key(b: ir.IRBuilder, x, t: ElementType):
     """An integer that orders floats by IEEE total order: flip the magnitude bits of negatives."""
     ity = ir.IntType(64 if t.bits == 64 else 32)
     bits = b.bitcast(x, ity)
@@ -373,27 +371,6 @@ def convert(e: ElementalEmitter, x, src: ElementType, dst: ElementType):
     if dty.width > sty.width:
         return b.sext(x, dty) if src.is_signed else b.zext(x, dty)
     return x
-
-
-def linear_index(b: ir.IRBuilder, index: tuple, dims: tuple, minor_to_major: tuple) -> ir.Value:
-    """The offset of `index` in a buffer of `dims` laid out minor_to_major."""
-    offset = i64(0)
-    stride = 1
-    for d in minor_to_major:
-        if dims[d] != 1:
-            offset = b.add(offset, b.mul(index[d], i64(stride))) if stride != 1 else b.add(offset, index[d])
-        stride *= dims[d]
-    return offset
-
-
-def delinearize(b: ir.IRBuilder, offset: ir.Value, dims: tuple, minor_to_major: tuple) -> tuple:
-    index = [i64(0)] * len(dims)
-    for d in minor_to_major:
-        if dims[d] == 1:
-            continue
-        index[d] = b.urem(offset, i64(dims[d]))
-        offset = b.udiv(offset, i64(dims[d]))
-    return tuple(index)
 
 
 def _broadcast(e, instr, index):
@@ -493,12 +470,12 @@ def _pad(e, instr, index):
         if step != 1:
             ok = b.and_(ok, b.icmp_signed("==", b.srem(shifted, i64(step)), i64(0)))
         valid = b.and_(valid, ok)
-        src.append(_clamp_index(b, pos, n))
+        src.append(clamp_index(b, pos, n))
     inside = e.operand(instr, 0, tuple(src))
     return b.select(valid, inside, e.value(instr.operands[1], ()))
 
 
-def _clamp_index(b: ir.IRBuilder, i: ir.Value, n: int) -> ir.Value:
+def clamp_index(b: ir.IRBuilder, i: ir.Value, n: int) -> ir.Value:
     """i forced into [0, n-1], so a load whose value a select discards stays in bounds."""
     if n <= 1:
         return i64(0)
@@ -516,7 +493,7 @@ def _concatenate(e, instr, index):
         if size == 0:
             continue
         local = list(index)
-        local[axis] = _clamp_index(b, b.sub(index[axis], i64(offset)), size)
+        local[axis] = clamp_index(b, b.sub(index[axis], i64(offset)), size)
         v = e.value(op, tuple(local))
         if result is None:
             result = v
@@ -543,7 +520,7 @@ def emit_reduction_loop(e: ElementalEmitter, instr: HloInstruction, index: tuple
     """The reduction of one output element; with span = (k, begin, end), of the part of it
     whose flat index over the first k reduced dimensions is in [begin, end) (a partial
     result, for a reduction split across threads)."""
-    from .loops import for_range, for_span   # loops builds on this module
+    from .loops import for_range, for_span  # loops builds on this module
     n = len(instr.operands) // 2
     operand_shape: ArrayShape = instr.operands[0].shape
     reduced = sorted(instr.attrs["dimensions"])
@@ -575,16 +552,6 @@ def emit_reduction_loop(e: ElementalEmitter, instr: HloInstruction, index: tuple
         for_span(b, extents, *span, body)
     e.pop_scope()
     return [b.load(acc) for acc in accs]
-
-
-def alloca_in_entry(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
-    """Stack space in the function's entry block (an alloca in a loop would grow the stack
-    every iteration, and mem2reg promotes only entry-block allocas)."""
-    here = b.block
-    b.position_at_start(b.function.entry_basic_block)
-    slot = b.alloca(ty)
-    b.position_at_end(here)
-    return slot
 
 
 def _dot(e: ElementalEmitter, instr, index):

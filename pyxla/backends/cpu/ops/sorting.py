@@ -22,13 +22,13 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
-from ...hlo.instruction import HloInstruction
-from ...hlo.shape import ArrayShape, TupleShape
-from ...hlo.types import S32, ElementType
-from .codegen import KERNELS, tuple_element_offsets
-from .elemental import Unsupported, _total_order_key, alloca_in_entry
-from .ir_types import I1, I8, I32, I64, i64, storage_type, to_compute, to_storage
-from .loops import for_range, no_unroll
+from ....hlo.instruction import HloInstruction
+from ....hlo.shape import ArrayShape, TupleShape
+from ....hlo.types import S32, ElementType
+from ..codegen import KERNELS, kernel_root, output_pointers
+from ...llvm.elemental import Unsupported, total_order_key
+from ...llvm.ir_types import I8, I32, I64, i64, smin, storage_type, to_compute, to_storage
+from ...llvm.loops import for_range, short_circuit, stepped_loop, variable, while_loop
 
 INSERTION_RUN = 16          # rows are insertion-sorted in runs of this length before merging
 
@@ -38,85 +38,6 @@ INSERTION_RUN = 16          # rows are insertion-sorted in runs of this length b
 # The loops here carry control flow (comparisons that decide what moves where), so they are
 # marked not to be unrolled: unrolled copies of a comparator only grow the code (and LLVM's
 # compile time, many-fold) without making a branchy loop faster.
-
-def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, body: Callable[[ir.Value], None],
-                 step: ir.Value | int = 1) -> None:
-    """for (i = start; i < stop; i += step) body(i), with bounds known at run time (i64)."""
-    step = i64(step) if isinstance(step, int) else step
-    pre = b.block
-    header = b.append_basic_block("dloop.header")
-    body_block = b.append_basic_block("dloop.body")
-    exit_block = b.append_basic_block("dloop.exit")
-    b.branch(header)
-    b.position_at_end(header)
-    i = b.phi(I64, name="j")
-    i.add_incoming(start, pre)
-    b.cbranch(b.icmp_signed("<", i, stop), body_block, exit_block)
-    b.position_at_end(body_block)
-    body(i)
-    i.add_incoming(b.add(i, step), b.block)
-    no_unroll(b, b.branch(header))
-    b.position_at_end(exit_block)
-
-
-def while_loop(b: ir.IRBuilder, condition: Callable[[], ir.Value], body: Callable[[], None]) -> None:
-    """while (condition()) body(); state lives in stack variables (`variable`)."""
-    header = b.append_basic_block("while.header")
-    body_block = b.append_basic_block("while.body")
-    exit_block = b.append_basic_block("while.exit")
-    b.branch(header)
-    b.position_at_end(header)
-    b.cbranch(condition(), body_block, exit_block)
-    b.position_at_end(body_block)
-    body()
-    no_unroll(b, b.branch(header))
-    b.position_at_end(exit_block)
-
-
-def variable(b: ir.IRBuilder, initial: ir.Value) -> ir.Value:
-    """A mutable stack slot holding `initial` (mem2reg makes it a register)."""
-    slot = alloca_in_entry(b, initial.type)
-    b.store(initial, slot)
-    return slot
-
-
-def short_circuit(b: ir.IRBuilder, first: ir.Value, then: Callable[[], ir.Value], is_and: bool = True) -> ir.Value:
-    """`first && then()` (or `first || then()`): then() is only evaluated when it decides."""
-    before = b.block
-    rhs_block = b.append_basic_block("sc.rhs")
-    done = b.append_basic_block("sc.done")
-    if is_and:
-        b.cbranch(first, rhs_block, done)
-    else:
-        b.cbranch(first, done, rhs_block)
-    b.position_at_end(rhs_block)
-    second = then()
-    rhs_end = b.block
-    b.branch(done)
-    b.position_at_end(done)
-    result = b.phi(I1)
-    result.add_incoming(ir.Constant(I1, 0 if is_and else 1), before)
-    result.add_incoming(second, rhs_end)
-    return result
-
-
-def minimum(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def output_pointers(ke) -> list[ir.Value]:
-    """The kernel's output buffer, or one pointer per element of a tuple-valued output."""
-    shape = ke.instr.shape
-    if not isinstance(shape, TupleShape):
-        return [ke.out_ptr]
-    return [ke.b.gep(ke.out_ptr, [i64(at)], source_etype=I8) if at else ke.out_ptr
-            for at in tuple_element_offsets(shape)]
-
-
-def kernel_root(ke) -> HloInstruction:
-    """The op a kernel computes: the instruction itself, or the root of its fusion."""
-    return ke.fused.root if ke.fused is not None else ke.instr
-
 
 # --- the engine -------------------------------------------------------------------------------
 
@@ -204,7 +125,7 @@ def _insertion_sort_runs(b: ir.IRBuilder, columns: RowColumns, n: int, less: Les
     row = columns.first
 
     def run(start):
-        end = minimum(b, b.add(start, i64(INSERTION_RUN)), i64(n))
+        end = smin(b, b.add(start, i64(INSERTION_RUN)), i64(n))
 
         def insert(i):
             moving = columns.raw(row, i)
@@ -224,9 +145,9 @@ def _insertion_sort_runs(b: ir.IRBuilder, columns: RowColumns, n: int, less: Les
             while_loop(b, keeps_moving, shift)
             columns.put_raw(row, b.load(hole), moving)
 
-        counted_loop(b, b.add(start, i64(1)), end, insert)
+        stepped_loop(b, b.add(start, i64(1)), end, insert)
 
-    counted_loop(b, i64(0), i64(n), run, INSERTION_RUN)
+    stepped_loop(b, i64(0), i64(n), run, INSERTION_RUN)
 
 
 def _merge_passes(b: ir.IRBuilder, columns: RowColumns, n: int, less: Less) -> ir.Value:
@@ -243,8 +164,8 @@ def _merge_passes(b: ir.IRBuilder, columns: RowColumns, n: int, less: Less) -> i
         src, dst, w = b.load(source), b.load(target), b.load(width)
 
         def merge_pair(lo):
-            mid = minimum(b, b.add(lo, w), i64(n))
-            hi = minimum(b, b.add(mid, w), i64(n))
+            mid = smin(b, b.add(lo, w), i64(n))
+            hi = smin(b, b.add(mid, w), i64(n))
             left = variable(b, lo)
             right = variable(b, mid)
 
@@ -253,14 +174,14 @@ def _merge_passes(b: ir.IRBuilder, columns: RowColumns, n: int, less: Less) -> i
                 from_right = short_circuit(b, b.icmp_signed("<", j, hi), lambda: short_circuit(
                     b, b.icmp_signed(">=", i, mid),
                     lambda: less(columns.values(src, j), columns.values(src, i)), is_and=False))
-                chosen = b.select(from_right, j, minimum(b, i, i64(n - 1)))
+                chosen = b.select(from_right, j, smin(b, i, i64(n - 1)))
                 columns.put_raw(dst, k, columns.raw(src, chosen))
                 b.store(b.add(j, b.zext(from_right, I64)), right)
                 b.store(b.add(i, b.zext(b.not_(from_right), I64)), left)
 
-            counted_loop(b, lo, hi, take)
+            stepped_loop(b, lo, hi, take)
 
-        counted_loop(b, i64(0), i64(n), merge_pair, b.mul(w, i64(2)))
+        stepped_loop(b, i64(0), i64(n), merge_pair, b.mul(w, i64(2)))
         b.store(dst, source)
         b.store(src, target)
         b.store(b.mul(w, i64(2)), width)
@@ -350,7 +271,7 @@ def emit_topk(ke) -> None:
     def less(lhs, rhs):
         x, y = lhs[0], rhs[0]
         if t.is_float:
-            return b.icmp_signed(direction, _total_order_key(b, x, t), _total_order_key(b, y, t))
+            return b.icmp_signed(direction, total_order_key(b, x, t), total_order_key(b, y, t))
         if t.is_signed:
             return b.icmp_signed(direction, x, y)
         return b.icmp_unsigned(direction, x, y)

@@ -19,7 +19,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ...hlo.types import F32, ElementType
-from .elemental import RULES, ElementalEmitter, etype
+from .elemental import RULES, ElementalEmitter
+from .ir_types import etype
 from .ir_types import F16, I16, I32, i64, storage_type, to_compute, to_storage
 
 MANTISSA_BITS = {"f16": 10, "bf16": 7, "f32": 23, "f64": 52}

@@ -37,16 +37,17 @@ from math import ceil, prod
 
 import llvmlite.ir as ir
 
-from ...hlo.instruction import HloInstruction
-from ...hlo.shape import ArrayShape
-from .codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .conv_tiles import EMITTERS, MIN_GROUP_FEATURES, ConvolutionEmitter, _minor
-from .convolution import ConvGeometry
-from .elemental import alloca_in_entry, etype, linear_index
-from .ir_types import I1, I8, I64, PTR, fma_intrinsic, i64, splat
-from .llvm_jit import host_jit
-from .loops import for_range
-from .sorting import counted_loop
+from ....hlo.instruction import HloInstruction
+from ....hlo.shape import ArrayShape
+from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from .tiles import EMITTERS, MIN_GROUP_FEATURES, ConvolutionEmitter, minor_dimension
+from .geometry import ConvGeometry
+from ...llvm.ir_types import alloca_in_entry, etype
+from ...llvm.indices import linear_index
+from ...llvm.ir_types import I1, I8, I64, PTR, fma_intrinsic, i64, splat
+from ..runtime.llvm_jit import host_jit
+from ...llvm.loops import for_range
+from ...llvm.loops import stepped_loop
 
 CHUNK_VECTORS = 4          # vectors of virtual positions per trip: independent chains of FMAs
 MAX_TAPS = 81              # window offsets unrolled in the inner loop (9x9)
@@ -135,7 +136,7 @@ def plan(conv: HloInstruction, lhs: ArrayShape, out: ArrayShape, threads: int) -
     work = g.batch * g.groups * g.group_features * g.input_features * len(offsets) * prod(g.output_spatial)
     wanted = threads * TASKS_PER_THREAD if threads > 1 and work >= PARALLEL_MIN_WORK else 1
     dn = g.dn
-    block = CHANNEL_BLOCK if _minor(lhs, dn.input_feature) or _minor(out, dn.output_feature) else 1
+    block = CHANNEL_BLOCK if minor_dimension(lhs, dn.input_feature) or minor_dimension(out, dn.output_feature) else 1
     block = max(1, min(block, g.groups, STAGE_BUDGET // (g.input_features * channel)))
     if g.batch * ceil(g.groups / block) < wanted:      # smaller blocks, so every thread has work
         block = max(1, ceil(g.groups / ceil(wanted / g.batch)))
@@ -163,7 +164,7 @@ class DepthwiseConvolution(ConvolutionEmitter):
             first = b.mul(index, i64(p.units_per_task))
             last = b.add(first, i64(p.units_per_task))
             end = b.select(b.icmp_signed("<", last, i64(p.units)), last, i64(p.units))
-            counted_loop(b, first, end, lambda unit: self._unit(unit, area, out_ptr, out_shape, epilogue))
+            stepped_loop(b, first, end, lambda unit: self._unit(unit, area, out_ptr, out_shape, epilogue))
 
         self._run_tasks(p.tasks, task)
 
@@ -176,7 +177,7 @@ class DepthwiseConvolution(ConvolutionEmitter):
         count = b.select(b.icmp_signed("<", rest, i64(p.block_groups)), rest, i64(p.block_groups))
         planes = b.gep(area, [i64(p.stage_elements)], source_etype=self.st)
         self._stage(batch, first, count, area)
-        counted_loop(b, i64(0), count, lambda group: self._compute(first, group, area, planes))
+        stepped_loop(b, i64(0), count, lambda group: self._compute(first, group, area, planes))
         self._write(batch, first, count, planes, out_ptr, out_shape, epilogue)
 
     # --- staging the input planes ----------------------------------------------------------------
@@ -189,13 +190,13 @@ class DepthwiseConvolution(ConvolutionEmitter):
         outer_phases = itertools.product(*(range(s) for s in p.phases[:-1]))
         last = g.window[-1]
         row = range(max(0, -last.pad_low), g.input_spatial[-1] + min(0, last.pad_high))
-        if _minor(self.lhs_shape, g.dn.input_feature) or len(row) > MAX_ROW:
+        if minor_dimension(self.lhs_shape, g.dn.input_feature) or len(row) > MAX_ROW:
             return self._stage_pixels(batch, first, channels, area)
         for phase in outer_phases:
             lows, extents = self._inside(phase, range(len(phase)))
             if any(e <= 0 for e in extents):
                 continue
-            counted_loop(b, i64(0), channels, lambda channel, phase=phase, lows=lows, extents=extents: for_range(
+            stepped_loop(b, i64(0), channels, lambda channel, phase=phase, lows=lows, extents=extents: for_range(
                 b, extents, lambda at: self._stage_row(batch, first, channel, phase, lows, at, row, area)))
 
     def _inside(self, phase: tuple, dims) -> tuple[list, list]:
@@ -244,7 +245,7 @@ class DepthwiseConvolution(ConvolutionEmitter):
     def _stage_pixels(self, batch, first, channels, area) -> None:
         """The staging element by element, features innermost when they are minor-most."""
         b, g, p = self.b, self.g, self.p
-        feature_minor = _minor(self.lhs_shape, g.dn.input_feature)
+        feature_minor = minor_dimension(self.lhs_shape, g.dn.input_feature)
         for phase in itertools.product(*(range(s) for s in p.phases)):
             lows, extents = self._inside(phase, range(len(phase)))
             if any(e <= 0 for e in extents):
@@ -258,10 +259,10 @@ class DepthwiseConvolution(ConvolutionEmitter):
                 b.store(value, b.gep(area, [self._staged_offset(channel, phase, q)], source_etype=self.st))
 
             if feature_minor:
-                for_range(b, extents, lambda at, copy=copy: counted_loop(
+                for_range(b, extents, lambda at, copy=copy: stepped_loop(
                     b, i64(0), channels, lambda channel: copy(channel, at)))
             else:
-                counted_loop(b, i64(0), channels, lambda channel, copy=copy: for_range(
+                stepped_loop(b, i64(0), channels, lambda channel, copy=copy: for_range(
                     b, extents, lambda at: copy(channel, at)))
 
     # --- computing the output planes -------------------------------------------------------------
@@ -296,12 +297,12 @@ class DepthwiseConvolution(ConvolutionEmitter):
                 if hoisted is not None:
                     feature(i64(0), hoisted)
                 else:
-                    counted_loop(b, i64(0), i64(g.input_features), lambda i: feature(i, self._weights(out_feature, i)))
+                    stepped_loop(b, i64(0), i64(g.input_features), lambda i: feature(i, self._weights(out_feature, i)))
                 for u, slot in enumerate(accumulators):
                     at = b.gep(out, [b.add(start, i64(u * p.lanes))], source_etype=self.st)
                     b.store(b.load(slot), at).align = self.t.bytes
 
-            counted_loop(b, i64(0), i64(p.chunks), chunk)
+            stepped_loop(b, i64(0), i64(p.chunks), chunk)
 
     def _weights(self, out_feature, in_feature) -> list:
         """The kernel's weight for each tap, as vectors."""
@@ -323,12 +324,12 @@ class DepthwiseConvolution(ConvolutionEmitter):
         channels = b.mul(count, i64(g.group_features)) if g.group_features > 1 else count
         *outer, last = g.output_spatial
         write = lambda channel, at: self._store(batch, first, channel, at, planes, out_ptr, out_shape, epilogue)  # noqa: E731
-        if _minor(out_shape, g.dn.output_feature):
-            for_range(b, g.output_spatial, lambda at: counted_loop(b, i64(0), channels, lambda c: write(c, [at])))
+        if minor_dimension(out_shape, g.dn.output_feature):
+            for_range(b, g.output_spatial, lambda at: stepped_loop(b, i64(0), channels, lambda c: write(c, [at])))
         elif last > MAX_ROW:
-            counted_loop(b, i64(0), channels, lambda c: for_range(b, g.output_spatial, lambda at: write(c, [at])))
+            stepped_loop(b, i64(0), channels, lambda c: for_range(b, g.output_spatial, lambda at: write(c, [at])))
         else:   # a piece's results all computed before any is stored, so LLVM may make vectors of them
-            counted_loop(b, i64(0), channels, lambda c: for_range(b, outer, lambda at: [
+            stepped_loop(b, i64(0), channels, lambda c: for_range(b, outer, lambda at: [
                 write(c, [(*at, i64(o)) for o in range(piece, min(piece + PIECE, last))])
                 for piece in range(0, last, PIECE)]))
 

@@ -28,12 +28,13 @@ loop of the row's elements for each operand, one of them taken).
 """
 from __future__ import annotations
 
-from ...fusion.buffer_assignment import read_elementwise
-from ...hlo.instruction import HloInstruction
-from ...hlo.shape import ArrayShape
-from .elemental import etype, linear_index
-from .ir_types import I8, i64
-from .loops import counted_loop, for_range
+from ....fusion.buffer_assignment import read_elementwise
+from ....hlo.instruction import HloInstruction
+from ....hlo.shape import ArrayShape
+from ...llvm.ir_types import etype
+from ...llvm.indices import linear_index
+from ...llvm.ir_types import I8, i64
+from ...llvm.loops import counted_loop, for_range
 
 
 MAX_COMPUTED_PARTS = 8   # operands computed in the kernel each get a loop of their own: a few at most

@@ -17,16 +17,19 @@ from math import prod
 import llvmlite.ir as ir
 import numpy as np
 
-from ...hlo.attributes import WindowDim
-from ...hlo.instruction import uniform_value
-from ...hlo.shape import TupleShape
-from .codegen import KERNELS
-from .elemental import RULES, ElementalEmitter, alloca_in_entry, convert, etype, linear_index
-from .ir_types import I1, I64, compute_type, i64, storage_type
-from .llvm_jit import host_jit
-from .loops import counted_loop, for_range
-from .sorting import counted_loop as stepped_loop
-from .sorting import kernel_root, output_pointers, short_circuit
+from ....hlo.attributes import WindowDim
+from ....hlo.instruction import uniform_value
+from ....hlo.shape import TupleShape
+from ..codegen import KERNELS
+from ...llvm.elemental import RULES, ElementalEmitter, convert
+from ...llvm.ir_types import alloca_in_entry, etype
+from ...llvm.indices import linear_index
+from ...llvm.ir_types import I1, I64, compute_type, i64, storage_type
+from ..runtime.llvm_jit import host_jit
+from ...llvm.loops import counted_loop, for_range
+from ...llvm.loops import stepped_loop
+from ..codegen import kernel_root, output_pointers
+from ...llvm.loops import short_circuit
 
 
 def window_source(b: ir.IRBuilder, outputs: tuple, offsets: tuple, window, sizes: tuple,

@@ -60,9 +60,9 @@ from typing import Callable
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from .ir_types import I32, I64, PTR, VOID, FunctionPointer, i64
+from ...llvm.ir_types import I32, I64, PTR, VOID, FunctionPointer, i64
 from .llvm_jit import host_jit
-from .loops import counted_loop
+from ...llvm.loops import counted_loop
 
 MAX_THREADS = 256
 SPIN_CYCLES = 200_000        # time-stamp counter ticks a worker spins after a job before it sleeps

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import llvmlite
 import llvmlite.binding as llvm
 
-from ...runtime import disk_cache
+from ....runtime import disk_cache
 
 _lock = threading.Lock()
 _initialised = False

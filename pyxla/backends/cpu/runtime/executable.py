@@ -17,12 +17,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...hlo.evaluator import check_argument, check_arguments, flatten_result
-from ...hlo.module import HloModule
-from ...hlo.shape import ArrayShape, TupleShape
-from ...runtime.memory import aligned_empty
+from ....hlo.evaluator import check_argument, check_arguments, flatten_result
+from ....hlo.module import HloModule
+from ....hlo.shape import ArrayShape, TupleShape
+from ....runtime.memory import aligned_empty
 from .call_shim import entry_caller
-from .codegen import OutputSlot
+from ..codegen import OutputSlot
 
 REUSED_OUTPUT_BYTES = 1 << 20      # outputs at least this big are reused once the caller drops them
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from math import prod
 
-from ..hlo.module import HloModule
-from ..hlo.ops import op_def
-from ..hlo.shape import ArrayShape, Shape, TupleShape
+from .module import HloModule
+from .ops import op_def
+from .shape import ArrayShape, Shape, TupleShape
 
 TRANSCENDENTAL = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt",
                             "cbrt", "sine", "cosine", "tan", "tanh", "logistic", "erf", "power", "atan2"})
