@@ -37,7 +37,7 @@ class CpuBackend:
         """Native code for `module`. `compiled` is the compiler driver's result when the caller
         (jit) ran it already; otherwise this runs it on a copy of the module. The caller passes
         the same array for each of `constant_parameters` on every call, so the executable may
-        take them in a form of its own (parameter_forms.py)."""
+        take them in a form of its own (runtime/parameter_forms.py)."""
         verify_module(module)
         if compiled is None:
             compiled = compile_module(module.clone(), donated=donated)

@@ -29,13 +29,13 @@ Kernels by kind:
                 outputs do not share the rows, each reduction is first computed whole into
                 kernel scratch, then every output by its own loop nest reading them
   gemm          dot of f32/f64 in canonical form: a BLAS call per batch element, pyxla's own
-                GEMM in blocks on the pool (dot_tasks.py), or, when m or n is 1, the
-                matrix-vector kernels (gemv_kernel.py); for fusion kOutput the epilogue in
+                GEMM in blocks on the pool (dot/tasks.py), or, when m or n is 1, the
+                matrix-vector kernels (dot/gemv.py); for fusion kOutput the epilogue in
                 place over the result, per block where it can be
 
 Across threads. A loop nest (a loop kernel, the rows of a reduction kernel, an epilogue)
 whose estimated work is at least PARALLEL_MIN_WORK is split across the worker pool
-(parallel.py): its outermost dimensions, as one flat range, are cut into contiguous chunks,
+(runtime/parallel.py): its outermost dimensions, as one flat range, are cut into contiguous chunks,
 a few per thread, and the body for one chunk is outlined into a task function. A reduction
 with few results but long rows (a sum of a whole vector) is split along its reduced
 dimensions instead: each task reduces its part into a partial result in kernel scratch, and
@@ -73,6 +73,7 @@ from ..llvm.indices import delinearize, linear_index
 from ..llvm.ir_types import etype
 from .dot.tasks import emit_dot_tasks
 from .dot.gemv import emit_gemv
+from .dot.plan import plan_gemm
 from ..llvm.ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
 from ..llvm.loops import for_range, for_span
 from .runtime.parallel import emit_parallel_tasks, worker_pool
@@ -97,14 +98,14 @@ EXPENSIVE_COST = 8
 ROW_BUFFER_BYTES = 1 << 16        # rows up to this size keep costly shared values on the stack
 SPLITTABLE_REDUCERS = ("add", "multiply", "maximum", "minimum", "and", "or")
 # Dots of at least this many multiply-adds run as blocks on the pool, each with pyxla's own
-# GEMM (dot_tasks.py says why); smaller ones, and all when kernels run on one thread, call BLAS.
+# GEMM (dot/tasks.py says why); smaller ones, and all when kernels run on one thread, call BLAS.
 OWN_GEMM_MIN_WORK = 1 << 20
 # Blocks per thread of such a dot: each block packs its own rows of A and columns of B, so
 # fewer blocks repack less (MLP 16.3 -> 15.9 ms, attention 21.6 -> 21.1 ms at 2 instead of 4,
 # one process, two runs; 1 gained another 2% but leaves a slowed thread no one to share with).
 GEMM_TASKS_PER_THREAD = 2
 # Dots with m or n of 1 (matrix-vector: fully connected layers at batch 1) are bound by memory
-# and take the matrix-vector kernels, never the GEMM or BLAS (gemv_kernel.py says why); on the
+# and take the matrix-vector kernels, never the GEMM or BLAS (dot/gemv.py says why); on the
 # pool from this many multiply-adds (measured, kernel alone: 1x512x512 f32 7-10 us on the pool,
 # 13 on one thread; 1x256x256 3 us either way).
 GEMV_PARALLEL_MIN_WORK = 1 << 18
@@ -130,7 +131,7 @@ class ModuleCodegen:
     def __init__(self, module: HloModule, buffers: BufferAssignment, parameter_forms: dict | None = None):
         self.hlo = module
         # entry parameter number -> the form its argument comes in, when not its layout's
-        # (parameter_forms.py)
+        # (runtime/parameter_forms.py)
         self.parameter_forms = parameter_forms or {}
         self.entry_buffers = buffers
         self.buffers = buffers
@@ -691,44 +692,15 @@ class KernelEmitter:
         return self.b.gep(self.out_ptr, [i64(offset)], source_etype=I8) if offset else self.out_ptr
 
     def _emit_gemm(self, root: HloInstruction) -> bool:
-        """An f32/f64 canonical dot whose operands are buffers: the matrix-vector kernels when
-        m or n is 1, pyxla's GEMM in blocks on the pool when it is large, else BLAS; False
-        when the dot does not fit (the elemental loops then compute it)."""
-        dot = root if root.opcode == "dot" else next(
-            (i for i in self.fused.instructions if i.opcode == "dot"), None)
-        if dot is None:
+        """An f32/f64 canonical dot whose operands are buffers (dot/plan.py): the
+        matrix-vector kernels when m or n is 1, pyxla's GEMM in blocks on the pool when it is
+        large, else BLAS; False when the dot does not fit (the elemental loops then compute it)."""
+        plan = plan_gemm(root, self.fused, self.instr.shape)
+        if plan is None:
             return False
+        dot, t, nb = plan.dot, etype(plan.dot), len(plan.batch_dims)
         lhs, rhs = dot.operands
-        t = etype(dot)
-        if t.name not in ("f32", "f64") or etype(lhs) != t or etype(rhs) != t:
-            return False
-        if self.fused is not None and not (lhs.opcode == "parameter" and rhs.opcode == "parameter"):
-            return False
-        a = dot.attrs
-        nb = len(a.get("lhs_batch_dims", ()))
-        if tuple(a.get("lhs_batch_dims", ())) != tuple(range(nb)) or tuple(a.get("rhs_batch_dims", ())) != tuple(range(nb)):
-            return False
-        if len(a.get("lhs_contracting_dims", ())) != 1 or len(a.get("rhs_contracting_dims", ())) != 1:
-            return False
-        lshape, rshape, oshape = lhs.shape, rhs.shape, dot.shape
-        for s in (lshape, rshape, oshape, self.instr.shape):
-            if s.minor_to_major != tuple(range(s.rank - 1, -1, -1)):
-                return False
-        if oshape.dims != self.instr.shape.dims:
-            return False
-        lc, rc = a["lhs_contracting_dims"][0], a["rhs_contracting_dims"][0]
-        k = lshape.dims[lc]
-        m = lshape.size // max(1, k) // max(1, _prod(lshape.dims[:nb]))
-        n = rshape.size // max(1, k) // max(1, _prod(rshape.dims[:nb]))
-        a_t = lshape.rank == nb + 2 and lc == nb
-        b_t = rshape.rank == nb + 2 and rc == nb + 1
-        if lshape.rank == nb + 1:
-            a_t = False
-        if rshape.rank == nb + 1:
-            b_t = False
-        batch = _prod(oshape.dims[:nb])
-        if batch == 0 or m == 0 or n == 0 or k == 0 or self.instr.shape.dtype != t:
-            return False
+        m, n, k, a_t, b_t, batch = plan.m, plan.n, plan.k, plan.a_transposed, plan.b_transposed, plan.batch
         lptr = self._operand_pointer(lhs)
         rptr = self._operand_pointer(rhs)
         b = self.b

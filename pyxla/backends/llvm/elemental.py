@@ -30,7 +30,7 @@ class Unsupported(NotImplementedError):
 
 
 # float opcode -> (LLVM intrinsic, libm name for f32, libm name for f64); intrinsics first.
-# Transcendentals with an inline form (fast_math.py) are emitted by it instead.
+# Transcendentals with an inline form (llvm/fast_math.py) are emitted by it instead.
 FLOAT_UNARY_CALLS = {
     "sqrt": ("llvm.sqrt", None, None),
     "floor": ("llvm.floor", None, None),
@@ -62,7 +62,7 @@ class ElementalEmitter:
         # Instructions computed by other kernels: read from their buffers, never recomputed.
         self.buffer_reads: dict[int, Callable[[tuple], ir.Value]] = {}
         # Per windowed instruction, the dimensions whose windows are known to lie inside the
-        # input at the current output positions (windows.py: a pool's interior): no checks.
+        # input at the current output positions (ops/windows.py: a pool's interior): no checks.
         self.window_inside: dict[int, frozenset[int]] = {}
 
     # --- memo scopes: a value computed inside a loop is not visible after it ------------

@@ -25,7 +25,7 @@ Where the functions come from:
   expm1. logistic = 1/(1 + e**-x).
 - erf: msun's rational approximations on four intervals (two Horner evaluations with the
   coefficients chosen per lane), erfc's tail through exp.
-- sin, cos, tan, atan2: fast_math_trig.py.
+- sin, cos, tan, atan2: llvm/fast_math_trig.py.
 - f32 erf, sin, cos, tan, pow, cbrt and atan2 compute in f64 (`widened`) and round once:
   the accurate f32 forms would need double-length steps, and f64 lanes still vectorise.
 Denormal inputs read as zero (the backend runs with DAZ/FTZ), so f(denormal) = f(0).

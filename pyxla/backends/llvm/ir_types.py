@@ -2,7 +2,7 @@
 
 pred is stored as a byte and computed as i1; f16 is stored as half and bf16 as i16, both
 computed in f32 (XLA's CPU backend does the same), rounded to nearest even on store. The
-8- and 4-bit floats are stored as a byte each and computed in f32 too (low_precision.py
+8- and 4-bit floats are stored as a byte each and computed in f32 too (llvm/low_precision.py
 converts). The 4- and 2-bit integers are stored as a byte each, the value in its low bits
 and the high bits zero (ml_dtypes' layout, so arrays pass to and from NumPy as they are),
 and computed as i4/i2, so their arithmetic wraps at their own width.

@@ -2,7 +2,7 @@
 consecutive iterations touch consecutive memory and LLVM vectorises the inner loop.
 
 `for_span` runs a contiguous part of such a nest (a task's share of a kernel split across
-threads, parallel.py): the iterations whose flat index over the outermost k dimensions lies
+threads, runtime/parallel.py): the iterations whose flat index over the outermost k dimensions lies
 in [begin, end), with the inner dimensions whole.
 
 Unrolling is LLVM's choice only for short nests. LLVM fully unrolls a loop with a constant

@@ -1,6 +1,6 @@
 """Conversions between f32 and the 8- and 4-bit floats, as bit manipulation in LLVM IR.
 
-Those types are stored one per byte and computed in f32 (ir_types.py). Both directions are
+Those types are stored one per byte and computed in f32 (llvm/ir_types.py). Both directions are
 branch-free integer arithmetic and selects on each element, so loops over them vectorise,
 and no library is called. Every type is described by its FloatFormat (hlo/types.py), and the
 results are ml_dtypes' bit for bit (which is XLA's convert):

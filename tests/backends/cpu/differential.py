@@ -40,7 +40,7 @@ def assert_cpu_matches_interpreter(text: str, rng, inputs=None, rtol: float = 1e
 
 
 def emitted_by(monkeypatch, emitter) -> list[str]:
-    """The names of the convolutions a conv_tiles.EMITTERS class emits, as a list that fills
+    """The names of the convolutions a tiles.EMITTERS class emits, as a list that fills
     while compiling."""
     seen = []
     emit = emitter.emit

@@ -1,4 +1,4 @@
-"""Loop kernels over a concatenate of buffers, row by row (concat_rows.py): the rows of each
+"""Loop kernels over a concatenate of buffers, row by row (ops/concat_rows.py): the rows of each
 operand (or, along the minor-most dimension, each pixel's run of each operand) with the
 elementwise ops after the concatenate, against the interpreter on fresh
 random inputs; and the kernels that keep the elemental concatenate."""

@@ -1,4 +1,4 @@
-"""Depthwise and thin-group convolution kernels (conv_depthwise.py) against NumPy float64 and
+"""Depthwise and thin-group convolution kernels (conv/depthwise.py) against NumPy float64 and
 the reference evaluator, on fresh random inputs: strides, padding (negative too), window
 dilation and reversal, channel multipliers, thin groups with several input features, odd
 sizes, batches, NHWC and NCHW, 1-D to 3-D, f32 and f64, fused epilogues, split across

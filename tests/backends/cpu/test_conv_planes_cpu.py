@@ -1,4 +1,4 @@
-"""Convolutions over feature planes (conv_planes.py): NCHW in and out, pointwise or with few
+"""Convolutions over feature planes (conv/planes.py): NCHW in and out, pointwise or with few
 input features and a window (over a copy of the windows), against the interpreter on fresh
 random inputs. Tiles cut by the end of a plane (a masked last vector) and by the end of a
 group's features (a narrower tile), several depth chunks, groups, batches, strides,

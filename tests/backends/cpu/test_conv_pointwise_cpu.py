@@ -1,5 +1,5 @@
-"""Pointwise convolutions of one image as pyxla's GEMM (conv_pointwise.py): NHWC shallow
-expansions (other NHWC ones go to the tiles; NCHW ones to conv_planes.py,
+"""Pointwise convolutions of one image as pyxla's GEMM (conv/pointwise.py): NHWC shallow
+expansions (other NHWC ones go to the tiles; NCHW ones to conv/planes.py,
 test_conv_planes_cpu.py), kernels stored input- or output-feature
 first, alone and with a fused epilogue, a result laid out differently from the product,
 against the interpreter on fresh random inputs; and what stays with the register tiles."""

@@ -1,4 +1,4 @@
-"""3x3 convolutions by Winograd's F(2x2, 3x3) (conv_winograd.py) against the interpreter on
+"""3x3 convolutions by Winograd's F(2x2, 3x3) (conv/winograd.py) against the interpreter on
 fresh random inputs: a kernel that is a constant parameter, in its transform; odd heights
 and widths (tiles moved back a pixel), strips across images, a padded last panel, NCHW
 inputs staged, f64, a fused epilogue, a result written inside a border, one thread and
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu.conv import tiles as conv_tiles, winograd as conv_winograd
+from pyxla.backends.cpu.conv import tile_plan, tiles as conv_tiles, winograd as conv_winograd
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 
@@ -186,7 +186,7 @@ def test_pyxla_winograd_refuses_other_values(monkeypatch):
 def test_other_convolutions_keep_the_direct_tiles(x, w, out, window, extra, monkeypatch):
     monkeypatch.setattr(host_jit(), "vector_bytes", 64)
     conv = parse_module(_conv(x, w, out, window=window, extra=extra)).entry.root
-    assert conv_tiles.fits(conv) and not conv_winograd.fits(conv)
+    assert tile_plan.fits(conv) and not conv_winograd.fits(conv)
 
 
 @pytest.mark.parametrize("features,size", [(256, 4), (448, 4), (512, 2), (1024, 2)])

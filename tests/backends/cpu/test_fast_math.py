@@ -1,4 +1,4 @@
-"""The CPU backend's inline transcendentals (fast_math.py) against NumPy/SciPy float64 over
+"""The CPU backend's inline transcendentals (llvm/fast_math.py) against NumPy/SciPy float64 over
 their whole domains, special values included, and a check that loops using them vectorise."""
 import re
 
@@ -74,7 +74,7 @@ def special_values(dtype):
 
 
 # (op, domain lo, domain hi, signed) and the worst error allowed in ulp per type; the
-# measured worst cases are in fast_math.py's docstring (the reference itself is within 1 ulp
+# measured worst cases are in llvm/fast_math.py's docstring (the reference itself is within 1 ulp
 # of the true value for f64, which the f64 bounds include).
 DOMAINS = {
     "exponential": (1e-30, 800.0, True), "log": (1e-300, None, False),

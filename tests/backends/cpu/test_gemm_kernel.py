@@ -1,4 +1,4 @@
-"""pyxla's own GEMM (gemm_kernel.py) and dots as tasks of the pool (dot_tasks.py): the kernel
+"""pyxla's own GEMM (dot/gemm.py) and dots as tasks of the pool (dot/tasks.py): the kernel
 called directly on odd shapes, transposed and strided operands, edges of every tile size and
 empty sums; the cut of products into blocks; and dots compiled to blocks on the pool (whole
 products of a batch, blocks of single products, the epilogue per block or after all of

@@ -1,4 +1,4 @@
-"""The matrix-vector kernels (gemv_kernel.py) called directly on odd lengths, strided rows and
+"""The matrix-vector kernels (dot/gemv.py) called directly on odd lengths, strided rows and
 both vector widths; and dots with m == 1 or n == 1 compiled to them, in both orientations of
 the matrix, with batch dimensions, a fused bias + ReLU epilogue, f32 and f64, on the pool and
 on one thread, against NumPy float64 on fresh random inputs."""

@@ -1,4 +1,4 @@
-"""PYXLA_PROFILE: per-kernel counters emitted into the program (kernel_profile.py). The
+"""PYXLA_PROFILE: per-kernel counters emitted into the program (runtime/kernel_profile.py). The
 program must compute what it computes without them, and every count must match the calls
 that ran."""
 import numpy as np

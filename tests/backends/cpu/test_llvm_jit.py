@@ -1,4 +1,4 @@
-"""The JIT (llvm_jit.py): asking for the assembly (PYXLA_DUMP) must not change the code the
+"""The JIT (runtime/llvm_jit.py): asking for the assembly (PYXLA_DUMP) must not change the code the
 engine runs."""
 import ctypes
 

@@ -1,4 +1,4 @@
-"""Loop nests (loops.py) and LLVM's unroller: short nests stay unrollable, a long nest and a
+"""Loop nests (llvm/loops.py) and LLVM's unroller: short nests stay unrollable, a long nest and a
 row of 16..256 are marked `llvm.loop.unroll.disable` (so the row reaches the vectoriser as a
 loop, not as scalar copies), a longer row is left to the unroller; results equal the
 evaluator's in every case."""
@@ -75,7 +75,7 @@ def test_marked_row_is_vectorised_not_copied(rng, tmp_path, monkeypatch):
 
 
 def test_a_concatenates_runs_are_not_unrolled(rng, tmp_path, monkeypatch):
-    """Features concatenated along the minor dimension (concat_rows.py): the loop over each
+    """Features concatenated along the minor dimension (ops/concat_rows.py): the loop over each
     operand's run is marked, as is the nest over the 4 x 9 pixels (36 iterations; its inner
     loop of 9 stays unrollable)."""
     monkeypatch.setenv("PYXLA_NUM_THREADS", "1")

@@ -1,4 +1,4 @@
-"""Kernels split across the worker pool (parallel.py, codegen's splitting): results equal the
+"""Kernels split across the worker pool (runtime/parallel.py, codegen's splitting): results equal the
 interpreter's around the size threshold, at chunk boundaries and at full size; reductions to
 a few results split along their reduced dimensions; row kernels, multi-output fusions, GEMM
 epilogues and kernels inside loops; calls from several Python threads at once; and the

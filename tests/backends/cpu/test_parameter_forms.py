@@ -1,4 +1,4 @@
-"""Parameters taken in a form of the executable's own (parameter_forms.py): which parameters
+"""Parameters taken in a form of the executable's own (runtime/parameter_forms.py): which parameters
 get one, that a kernel in panel order gives the evaluator's answer whether the argument is
 prepared once or passed as it is, and that any other use keeps the layout's order."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ import pytest
 
 from pyxla.backends import get_backend
 from pyxla.backends.cpu.conv.planes import PlaneConvolution, WeightTiles
-from pyxla.backends.cpu.conv.tiles import KernelPanels, TiledConvolution
+from pyxla.backends.cpu.conv.tile_plan import KernelPanels
+from pyxla.backends.cpu.conv.tiles import TiledConvolution
 from pyxla.backends.cpu.runtime.executable import FormedArgument
 from pyxla.errors import ArgumentError
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
@@ -29,7 +30,7 @@ ENTRY e {{
 
 
 CASES = {
-    # NCHW with an HWIO kernel, 'same' padding: a ResNet 3x3 (at 7x7: too few tiles for conv_winograd.py)
+    # NCHW with an HWIO kernel, 'same' padding: a ResNet 3x3 (at 7x7: too few tiles for conv/winograd.py)
     "nchw 3x3": _conv("1,64,7,7", "3,3,64,64", "1,64,7,7", "size=3x3 pad=1_1x1_1", "bf01_01io->bf01"),
     # an OIHW kernel (ONNX's own order), strided
     "oihw stride 2": _conv("2,16,15,15", "32,16,3,3", "2,32,7,7", "size=3x3 stride=2x2", "bf01_oi01->bf01"),
@@ -48,7 +49,7 @@ CASES = {
     "1d": _conv("3,20,16", "5,16,36", "3,16,36", "size=5", "b0f_0io->b0f"),
 }
 
-# convolutions conv_planes.py runs: NCHW 1x1, and small stems over a copy of their windows
+# convolutions conv/planes.py runs: NCHW 1x1, and small stems over a copy of their windows
 PLANE_CASES = {
     "1x1": _conv("2,64,14,14", "1,1,64,80", "2,80,14,14", "size=1x1", "bf01_01io->bf01"),
     "1x1 oihw 7x7": _conv("1,96,7,7", "50,96,1,1", "1,50,7,7", "size=1x1", "bf01_oi01->bf01"),
@@ -161,7 +162,7 @@ def test_a_kernel_with_other_uses_keeps_its_layout(tail, rng):
 
 def test_kernels_read_where_they_are():
     """A reversed window is packed per call by the tiles; a 1x1 convolution over a 1x1 map is
-    a matrix-vector product (conv_pointwise.py), which reads the kernel where it is."""
+    a matrix-vector product (conv/pointwise.py), which reads the kernel where it is."""
     reversed_ = _conv("1,16,9,9", "3,3,16,32", "1,32,7,7", "size=3x3 rhs_reversal=1x1", "bf01_01io->bf01")
     assert _compile(reversed_).parameter_forms == {}
     classifier = _conv("1,256,1,1", "1,1,256,100", "1,100,1,1", "size=1x1", "bf01_01io->bf01")

@@ -1,4 +1,4 @@
-"""Reshape in the elemental emitter (elemental.py): indices map run by run of common factors,
+"""Reshape in the elemental emitter (llvm/elemental.py): indices map run by run of common factors,
 so a reshape that splits dimensions needs no division; any reshape, fused with a transpose,
 equals the evaluator's."""
 import math

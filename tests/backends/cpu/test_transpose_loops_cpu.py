@@ -1,4 +1,4 @@
-"""Loop kernels that read across their rows (transpose_loops.py): NHWC results read back as
+"""Loop kernels that read across their rows (llvm/transpose_loops.py): NHWC results read back as
 NCHW and the like, computed in squares, against the interpreter on fresh random inputs;
 and the kernels that keep the plain row-major loop."""
 import pytest

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu.conv import tiles as conv_tiles
+from pyxla.backends.cpu.conv import tile_plan, tiles as conv_tiles
 from pyxla.backends.cpu.ops import windows
 from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
@@ -353,13 +353,13 @@ TILED_CONVS = [
 @pytest.mark.parametrize("case", TILED_CONVS, ids=["panels", "nchw-stride", "groups-1x1", "sevens", "rows-of-8",
                                                   "rows-of-12", "in-place-stride"])
 def test_convolution_tiles_of_each_vector_width(case, vector_bytes, sliced, rng, monkeypatch, convolution_layouts):
-    """Register tiles of AVX2's and AVX-512's width (conv_tiles.TILE_POSITIONS), whatever the
+    """Register tiles of AVX2's and AVX-512's width (tile_plan.TILE_POSITIONS), whatever the
     host's: LLVM splits vectors wider than the host's registers; the kernel read whole by
     each tile, or in slices of the depth (segments of 5 rows: a shorter last one)."""
     monkeypatch.setattr(host_jit(), "vector_bytes", vector_bytes)
     if sliced:
-        monkeypatch.setattr(conv_tiles, "SLICED_FROM_BYTES", 0)
-        monkeypatch.setattr(conv_tiles, "KERNEL_SLICE_BYTES", 5 * 2 * vector_bytes)
+        monkeypatch.setattr(tile_plan, "SLICED_FROM_BYTES", 0)
+        monkeypatch.setattr(tile_plan, "KERNEL_SLICE_BYTES", 5 * 2 * vector_bytes)
     labels, batch, features, spatial, out_features, window, fgc = case
     lhs, rhs, out = conv_shapes(labels, batch, features, spatial, out_features, window, fgc)
     extra = f", feature_group_count={fgc}" if fgc > 1 else ""
@@ -405,7 +405,7 @@ def test_convolution_integers_and_bf16_use_loops(case, rng):
 
 
 def test_convolution_chunked_patch_matrix(rng):
-    """A 47 x 61 output (by F(4x4, 3x3), conv_winograd.py)."""
+    """A 47 x 61 output (by F(4x4, 3x3), conv/winograd.py)."""
     lhs, rhs, out = conv_shapes("b01f_01io->b01f", 1, 16, (47, 61), 8, "size=3x3 pad=1_1x1_1")
     # sums of 144 products of size ~10, to ~200: F(4x4, 3x3) rounds to about 1e-5 of that
     assert_cpu_matches_interpreter(conv_module("f32", lhs, rhs, out, "size=3x3 pad=1_1x1_1", "b01f_01io->b01f"),
@@ -486,8 +486,8 @@ def test_tiles_of_fourteen_only_over_a_kernel_in_panel_order(monkeypatch):
     conv = parse_module(conv_module("f32", (1, 14, 14, 24), (3, 3, 24, 40), (1, 14, 14, 40), "size=3x3 pad=1_1x1_1",
                                     "b01f_01io->b01f", "")).entry.root
     x, w = (op.shape for op in conv.operands)
-    assert conv_tiles.plan(conv, x, w, 2, panel_ordered=True).positions == 14
-    assert conv_tiles.plan(conv, x, w, 2).positions == 7
+    assert tile_plan.plan(conv, x, w, 2, panel_ordered=True).positions == 14
+    assert tile_plan.plan(conv, x, w, 2).positions == 7
 
 
 @pytest.mark.parametrize("vector_bytes,window,spatial,step", [
@@ -501,7 +501,7 @@ def test_pixels_one_step_apart_when_tiles_divide_the_rows(vector_bytes, window, 
     lhs, rhs, out = conv_shapes("b01f_01io->b01f", 2, 16, spatial, 40, window)
     conv = parse_module(conv_module("f32", lhs, rhs, out, window, "b01f_01io->b01f")).entry.root
     x, w = (op.shape for op in conv.operands)
-    assert conv_tiles.plan(conv, x, w, 2).pixel_step == step
+    assert tile_plan.plan(conv, x, w, 2).pixel_step == step
 
 
 @pytest.mark.parametrize("width,panel_ordered,positions", [
@@ -514,7 +514,7 @@ def test_tiles_divide_the_output_rows_where_they_can(width, panel_ordered, posit
     conv = parse_module(conv_module("f32", (1, width, width, 16), (1, 1, 16, 32), (1, width, width, 32), "size=1x1",
                                     "b01f_01io->b01f")).entry.root
     x, w = (op.shape for op in conv.operands)
-    assert conv_tiles.plan(conv, x, w, 2, panel_ordered=panel_ordered).positions == positions
+    assert tile_plan.plan(conv, x, w, 2, panel_ordered=panel_ordered).positions == positions
 
 
 PADDED_OUTPUT = """HloModule padded

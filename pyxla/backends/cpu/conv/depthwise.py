@@ -1,7 +1,7 @@
 """Depthwise and thin-group convolution (f32, f64): the convolution kernel for groups with
 fewer than MIN_GROUP_FEATURES output features (a depthwise convolution has one input and a
 few output features per group), alone or with its elementwise epilogue. Register tiles
-across output features (conv_tiles.py) would be almost all padding there; this kernel
+across output features (conv/tiles.py) would be almost all padding there; this kernel
 vectorises across output positions instead.
 
 One output feature's results over all output positions (a plane) are a sum, over the
@@ -40,7 +40,8 @@ import llvmlite.ir as ir
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .tiles import EMITTERS, MIN_GROUP_FEATURES, ConvolutionEmitter, minor_dimension
+from .tile_plan import MIN_GROUP_FEATURES, minor_dimension
+from .tiles import EMITTERS, ConvolutionEmitter
 from .geometry import ConvGeometry
 from ...llvm.ir_types import alloca_in_entry, etype
 from ...llvm.indices import linear_index

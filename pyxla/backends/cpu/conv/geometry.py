@@ -7,8 +7,8 @@ evaluator's semantics (dot_conv.py): one output element is a loop over the windo
 and the input features of its group, products summed in the result's compute type; padding
 and dilation holes read as zero (0 * inf is NaN, as the evaluator's zero padding gives).
 It computes any element type, and a convolution inside a loop fusion. The convolution
-kernels (f32 and f64 by register tiles, depthwise and thin groups by conv_depthwise.py, the
-rest by these loops) are dispatched in conv_tiles.py.
+kernels (f32 and f64 by register tiles, depthwise and thin groups by conv/depthwise.py, the
+rest by these loops) are dispatched in conv/tiles.py.
 
 Group arithmetic: G = feature_group_count * batch_group_count groups (one count is 1);
 output feature o is in group o // (O / G). With feature groups, group g reads input

@@ -23,14 +23,14 @@ A window (PATCH_MAX_ROWS) is a copy first: the input under each window offset is
 of its own, in the order the kernel holds the offsets' weights, so the kernel is again a
 [planes, output features] matrix.
 
-Against the other routes for such convolutions: conv_tiles.py copies an NCHW input to NHWC
-and writes its output back feature by feature, and pyxla's GEMM (conv_pointwise.py) packs
+Against the other routes for such convolutions: conv/tiles.py copies an NCHW input to NHWC
+and writes its output back feature by feature, and pyxla's GEMM (conv/pointwise.py) packs
 both operands; with few input features (ResNet-50's 64 -> 256 at 56x56) packing and
 writing the product costs more than the arithmetic.
 
 Groups (ShuffleNet's grouped 1x1 convolutions) read their own planes; a tile's features
-never straddle two groups. A strided 1x1 convolution reads conv_pointwise.py's subsampled
-copy of its input; one over a 1x1 map is conv_pointwise.py's matrix-vector product.
+never straddle two groups. A strided 1x1 convolution reads conv/pointwise.py's subsampled
+copy of its input; one over a 1x1 map is conv/pointwise.py's matrix-vector product.
 
 Threads. The tiles of every image are cut into blocks of whole feature tiles by whole
 position tiles, a block per task, the cut the one that re-reads least: a block of features
@@ -50,7 +50,8 @@ from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from .pointwise import pointwise, row_major_float, subsampled_input
-from .tiles import EMITTERS, ConvolutionEmitter, window_strides, output_tiles_first
+from .tile_plan import output_tiles_first, window_strides
+from .tiles import EMITTERS, ConvolutionEmitter
 from .geometry import ConvGeometry
 from ...llvm.ir_types import alloca_in_entry, etype
 from ...llvm.indices import linear_index
@@ -82,7 +83,7 @@ TILED_PREFETCH_AHEAD = 32
 # A convolution with a window and few input features (a CNN's first layer, over the three
 # colours of an image) runs over a copy of its windows, a plane per window offset and input
 # feature, when it has at most PATCH_MAX_FEATURES input features, those rows are at most
-# PATCH_MAX_ROWS and the copy at most PATCH_MAX_BYTES. Measured against conv_tiles.py (2
+# PATCH_MAX_ROWS and the copy at most PATCH_MAX_BYTES. Measured against conv/tiles.py (2
 # threads, AVX-512): VGG's 3 -> 64 3x3 at 224x224 3.05 -> 1.36 ms, SqueezeNet's 3x3 stride 2
 # in the model 0.87 -> 0.71 ms. A 7x7 window's copy (147 rows: ResNet-50's first layer) is
 # slower in the model (1.6 -> 2.5 ms), though faster alone; and with 16 or more input
@@ -113,7 +114,7 @@ def fits(conv: HloInstruction) -> bool:
     if g.batch_groups != 1 or g.input_features == 0:
         return False
     if not (pointwise(g) or _patched(conv, g)) or prod(g.output_spatial) == 1:
-        return False   # over a 1x1 map: conv_pointwise.py's matrix-vector product
+        return False   # over a 1x1 map: conv/pointwise.py's matrix-vector product
     return features_first(x.shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial) is True and \
         features_first(conv.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is True
 
@@ -167,7 +168,7 @@ def plan(g: ConvGeometry, depth: int, threads: int, element_bytes: int) -> Plane
 @dataclass(frozen=True)
 class WeightTiles:
     """How the tiles want a kernel that can be reordered once (a constant parameter, see
-    parameter_forms.py): [group][feature tile of the group][row][the tile's output
+    runtime/parameter_forms.py): [group][feature tile of the group][row][the tile's output
     features], a row per plane the tiles read (an input feature, or an input feature under
     one window offset in the order of the kernel's `row_dims`), each group's features
     zero-padded to whole tiles. A tile's weights are then one sequential stream, where in

@@ -9,8 +9,8 @@ product of the buffers as they lie:
 
     NCHW: out[O, HW] = W^T[O, C] x[C, HW]        NHWC: out[HW, O] = x[HW, C] W[C, O]
 
-so it runs as dot_tasks.py's blocks on the worker pool, each block by the GEMM kernel with
-the epilogue applied while the block is in cache. The register tiles of conv_tiles.py would
+so it runs as dot/tasks.py's blocks on the worker pool, each block by the GEMM kernel with
+the epilogue applied while the block is in cache. The register tiles of conv/tiles.py would
 first copy an NCHW input to NHWC and write the output back feature by feature. NHWC
 convolutions (all of a model's, after passes/convolution_layout.py) mostly go to those
 tiles instead: see SHALLOW_DEPTH.
@@ -33,7 +33,7 @@ from ...llvm.ir_types import i64
 from ..runtime.parallel import worker_pool
 
 
-# NHWC convolutions go to the register tiles (conv_tiles.py), which read a constant kernel
+# NHWC convolutions go to the register tiles (conv/tiles.py), which read a constant kernel
 # in panel order and scale across threads where this GEMM packs the kernel on every call
 # (ResNet-50's 2048 -> 512 at 7x7: 562 -> 392 us, 1024 -> 256 at 14x14: 443 -> 368 us;
 # ResNet-50 34.5 -> 30.5 ms). But for a shallow expansion (at most SHALLOW_DEPTH input
@@ -76,7 +76,7 @@ def fits(conv: HloInstruction) -> bool:
 
 
 class PointwiseGemm:
-    """The emitter (conv_tiles.EMITTERS' protocol) of a convolution that `fits`. A strided
+    """The emitter (tiles.EMITTERS' protocol) of a convolution that `fits`. A strided
     one (ResNet's downsampling 1x1 convolutions) first copies the input elements its
     windows read into kernel scratch, in the input's layout: a copy of a quarter of the
     input for stride 2, against the tiles' 88 GFLOP/s on ResNet-50's 512 -> 1024 at 14x14."""

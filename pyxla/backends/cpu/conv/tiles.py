@@ -1,8 +1,8 @@
 """Convolution by register tiles (f32, f64): the convolution kernel of the CPU backend, alone
 or with its elementwise epilogue (an output fusion). Groups with few output features
-(depthwise) have a kernel of their own (conv_depthwise.py), and 3x3 windows of stride 1 over
-enough output go to Winograd's transforms (conv_winograd.py), whose products run in these
-tiles' inner loop; other element types are computed by the elemental loops (convolution.py).
+(depthwise) have a kernel of their own (conv/depthwise.py), and 3x3 windows of stride 1 over
+enough output go to Winograd's transforms (conv/winograd.py), whose products run in these
+tiles' inner loop; other element types are computed by the elemental loops (conv/geometry.py).
 
 The output is a matrix of positions by output features: a position is one output batch
 element at one output spatial point (row-major over batch then the spatial dimensions in
@@ -29,13 +29,13 @@ kernel is read where it is when its output features are minor-most and each grou
 is a whole number of panels (HWIO, as the ONNX importer stores known weights and JAX passes
 them); otherwise it is packed once per call as [group][tap][input feature][output feature,
 zero padded]. A kernel that is an entry parameter with a fixed value (an ONNX model's
-weights, see parameter_forms.py) comes in panel order instead, made once when the weights
+weights, see runtime/parameter_forms.py) comes in panel order instead, made once when the weights
 are bound (KernelPanels): panel by panel, each panel's rows one after another, so the
 rows a tile reads are one sequential stream that stays whole in L1 (rows a row of output
 features apart map to few of its sets), and a deep kernel's slices of its depth can be
 twice as long (PANEL_SLICE_BYTES).
 
-Threads. The positions x panels matrix is cut into blocks, one task each (parallel.py); a
+Threads. The positions x panels matrix is cut into blocks, one task each (runtime/parallel.py); a
 task computes its block tile by tile into a buffer on its stack, panel by panel (so the
 panel's kernel rows are reused from cache by every tile of the block), then writes the
 block to the output, applying the fused epilogue element by element while the block is
@@ -45,58 +45,28 @@ output features, so that each kernel row is read from memory once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import ceil, prod
 
 import llvmlite.ir as ir
-import numpy as np
 
 from ....fusion.buffer_assignment import read_elementwise
 from ....hlo.attributes import WindowDim, features_first
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape
-from ....runtime.memory import aligned_copy
-from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS, PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS
 from .geometry import ConvGeometry
+from .tile_plan import KernelPanels, fits, minor_dimension, panel_layout, plan, window_strides
 from ...llvm.ir_types import alloca_in_entry, etype
 from ...llvm.indices import delinearize, linear_index
 from ...llvm.ir_types import PTR, fma_intrinsic, i64, prefetch, smin, splat, storage_type, transpose_square
-from ..runtime.llvm_jit import host_jit
 from ...llvm.loops import for_range
 from ..runtime.parallel import emit_parallel_tasks, worker_pool
 from ...llvm.loops import stepped_loop
 from ..codegen import kernel_root
 from ..ops.windows import window_source
 
-# Positions of a tile by the host's vector width (llvm_jit.LlvmJit.vector_bytes): positions x
-# TILE_VECTORS accumulators, 12 of AVX2's 16 registers, 16 of AVX-512's 32. AVX-512's wider
-# tile runs the CNN block 20.6 -> 14.6 ms (one Xeon, one process); 12 positions are no faster.
-# AVX-512 also has tiles of 7, for 7x7 and 14x14 maps (3x3 256 -> 256 at 7x7 on one thread,
-# best of many runs: 105-112 -> 111-114 GFLOP/s against 8). A kernel in panel order
-# (KernelPanels) also has tiles of 14, 28 accumulators: each kernel row loaded serves 14
-# positions, not 8 (in one process: Inception v2 18.0 -> 16.8 ms and 19.3 -> 18.5, ResNet-50
-# and SqueezeNet 1-3% faster, DenseNet-121 and VGG-19 the same within the noise); over a
-# kernel read where it lies, rows a row of output features apart, they ran the CNN block
-# 4-5% slower. Over a kernel in panel order a tile may have any of 7 to 14 positions
-# (ROW_TILE_POSITIONS) when that divides the output rows: tiles of 13, 11 and 9 over
-# SqueezeNet's 13-, 55- and 27-wide maps, no tile cut short and each tile's pixels one step
-# apart (SqueezeNet 2.85 -> 2.69 ms, Inception v1 11.3 -> 10.9, in one process). Where none
-# divides the rows (111 wide), a tile costs its positions plus TILE_OVERHEAD (loads of the
-# kernel rows, the loop), and the candidates' cheapest covering of the positions is taken.
-TILE_POSITIONS = {32: (6,), 64: (8, 7)}
-PANEL_TILE_POSITIONS = {32: (6,), 64: (14, 8, 7)}
-ROW_TILE_POSITIONS = {64: tuple(range(14, 6, -1))}
-TILE_OVERHEAD = 3
-TILE_VECTORS = 2
 UNROLL = 1                 # input features per trip of the inner loop: LLVM unrolls it as it sees
                            # fit; 4 by hand made machine code 25% slower to build and no faster run
-BLOCK_BYTES = 1 << 17      # a task's block of results, on its stack
-KERNEL_SLICE_BYTES = 1 << 14   # a panel's kernel rows one slice of the depth reads (see _block) ...
-SLICED_FROM_BYTES = 1 << 16    # ... when its whole depth of rows is larger than this
-# A kernel in panel order (KernelPanels) has its slice's rows one after another, in all of
-# L1's sets, so a slice twice the size stays in L1 (Inception v2 24.4 -> 22.7 ms, VGG-19 and
-# ResNet-50 the same within the noise; not slicing at all was no faster either).
-PANEL_SLICE_BYTES = 1 << 15
 # A panel's kernel rows lie a row of output features apart (1.5 KB for 384 of them), a
 # stride the hardware prefetchers do not follow: the tile asks for the rows
 # KERNEL_PREFETCH_ROWS ahead itself. Convolutions over small maps read far more kernel
@@ -105,236 +75,17 @@ PANEL_SLICE_BYTES = 1 << 15
 # caches) 32 rows ahead gain another 5-17% over 8 (3x3 128 -> 128 at 28x28: 1.89 -> 1.57 ms),
 # and in cache the same within the noise.
 KERNEL_PREFETCH_ROWS = 32
-MIN_GROUP_FEATURES = 4     # fewer output features per group (depthwise): conv_depthwise.py
 
 # Convolution kernels, tried in order: (fits(conv), emitter class); an emitter is made with
 # (kernel emitter, conv) and has emit(out_ptr, out_shape, epilogue root or None). The tiles
-# come first; conv_depthwise.py adds its kernel after them.
+# come first; conv/depthwise.py adds its kernel after them.
 EMITTERS: list = []
 
-
-# --- the plan -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TilePlan:
-    """Compile-time decisions for one convolution."""
-    g: ConvGeometry
-    lanes: int                 # elements per vector
-    vectors: int               # vectors per tile row
-    positions: int             # positions per tile
-    taps: int                  # window offsets
-    panel_columns: int         # output features of a panel (padded within a group)
-    group_columns: int         # a group's output features, padded to whole panels
-    panels: int
-    total_positions: int
-    block_positions: int       # a task's positions (a multiple of `positions`) ...
-    block_panels: int          # ... and panels
-    pack_kernel: bool
-    panel_ordered: bool        # the kernel comes in KernelPanels' order
-    stage_input: bool
-    input_spatial: tuple[int, ...]   # the input's spatial dims as the tiles read it (padded when staged)
-    run_taps: int              # window offsets of the last spatial dim in one contiguous run (or 1)
-    segment: int               # values of a run per slice of the depth; 0: the depth is not sliced
-    pixel_step: int | None     # elements between the pixels of neighbouring positions of a tile, when
-                               # every tile's are that far apart (None: each tile finds each of its own)
-
-    @property
-    def segments(self) -> int:
-        return ceil(self.run / self.segment) if self.segment else 1
-
-    @property
-    def slices(self) -> int:
-        """Slices of the depth, each one segment of one outer tap's run (1: not sliced)."""
-        return self.outer_taps * self.segments if self.segment else 1
-
-    @property
-    def run(self) -> int:
-        """Values the inner loop reads per tap: input features, times run_taps."""
-        return self.run_taps * self.g.input_features
-
-    @property
-    def outer_taps(self) -> int:
-        return self.taps // self.run_taps
-
-    @property
-    def panels_per_group(self) -> int:
-        return self.group_columns // self.panel_columns
-
-    @property
-    def position_blocks(self) -> int:
-        return ceil(self.total_positions / self.block_positions)
-
-    @property
-    def panel_blocks(self) -> int:
-        return ceil(self.panels / self.block_panels)
-
-    @property
-    def block_columns(self) -> int:
-        return self.block_panels * self.panel_columns
-
-
-def window_strides(shape: ArrayShape) -> list[int]:
-    """Elements between neighbours along each logical dimension of `shape` in memory."""
-    strides = [0] * shape.rank
-    step = 1
-    for d in shape.minor_to_major:
-        strides[d] = step
-        step *= shape.dims[d]
-    return strides
-
-
-def minor_dimension(shape: ArrayShape, dim: int) -> bool:
-    """Whether neighbours along `dim` are neighbours in memory."""
-    return shape.dims[dim] == 1 or window_strides(shape)[dim] == 1
-
-
-def fits(conv: HloInstruction) -> bool:
-    t = etype(conv)
-    if t.name not in ("f32", "f64") or any(etype(op) != t for op in conv.operands):
-        return False
-    g = ConvGeometry.of(conv)
-    return conv.shape.size > 0 and conv.operands[0].shape.size > 0 and g.input_features > 0 and \
-        g.group_features >= MIN_GROUP_FEATURES
-
-
-def panel_layout(g: ConvGeometry, t) -> tuple[int, int, int]:
-    """(lanes, vectors, output features per panel) of the tiles over `g`."""
-    lanes = host_jit().vector_bytes // t.bytes
-    vectors = TILE_VECTORS if g.group_features > lanes else 1
-    return lanes, vectors, lanes * vectors
-
-
-def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, panel_ordered: bool = False) -> TilePlan:
-    g = ConvGeometry.of(conv)
-    t = etype(conv)
-    vector_bytes = host_jit().vector_bytes
-    lanes, vectors, panel = panel_layout(g, t)
-    group_columns = ceil(g.group_features / panel) * panel
-    panels = g.groups * group_columns // panel
-    total = g.batch * prod(g.output_spatial)
-    positions = _tile_positions(g, total, vector_bytes, panel_ordered)
-    taps = prod(w.size for w in g.window)
-    depth = taps * g.input_features
-    pack = not panel_ordered and (group_columns != g.group_features or not minor_dimension(rhs, g.dn.kernel_output_feature))
-    stage = not minor_dimension(lhs, g.dn.input_feature) or \
-        any(w.pad_low > 0 or w.pad_high > 0 or w.lhs_dilate != 1 for w in g.window)
-    input_spatial = tuple((n - 1) * w.lhs_dilate + 1 + w.pad_low + w.pad_high for n, w in zip(g.input_spatial, g.window)) \
-        if stage else g.input_spatial
-    run_taps = _run_taps(g, lhs, rhs, stage, pack or panel_ordered)
-
-    work = total * panels * panel * depth
-    wanted = threads * TASKS_PER_THREAD if threads > 1 and work >= PARALLEL_MIN_WORK else 1
-    kernel_bytes = panels * panel * depth
-    input_bytes = total * depth
-    if kernel_bytes > input_bytes:      # cut along the output features first
-        block_panels = ceil(panels / min(panels, wanted))
-        block_positions = total
-        if ceil(panels / block_panels) < wanted:
-            block_positions = ceil(total / ceil(wanted / ceil(panels / block_panels)))
-    else:
-        block_panels = panels
-        block_positions = ceil(total / wanted)
-    row_bytes = panel * t.bytes
-    block_panels = max(1, min(block_panels, BLOCK_BYTES // (2 * positions * row_bytes)))
-    block_positions = min(block_positions, BLOCK_BYTES // (block_panels * row_bytes) - positions)
-    if block_positions < total:   # whole tiles, but for the last block's
-        block_positions = max(positions, block_positions // positions * positions)
-    run = run_taps * g.input_features
-    segment = 0   # not sliced
-    if depth * row_bytes > SLICED_FROM_BYTES:
-        segment = max(1, (PANEL_SLICE_BYTES if panel_ordered else KERNEL_SLICE_BYTES) // row_bytes)
-        segment = ceil(run / ceil(run / segment))   # segments of equal length
-    return TilePlan(g, lanes, vectors, positions, taps, panel, group_columns, panels, total,
-                    block_positions, block_panels, pack, panel_ordered, stage, input_spatial, run_taps, segment,
-                    _pixel_step(g, lhs, stage, positions))
-
-
-def _pixel_step(g: ConvGeometry, lhs: ArrayShape, stage: bool, positions: int) -> int | None:
-    """Elements between the input pixels of neighbouring positions when no tile crosses
-    the end of an output row: the tiles' positions divide the row (and so every block's
-    tiles, whole tiles but for a last one moved back to end where a row ends). The tile then
-    addresses its pixels as one pointer and constant offsets, where a pointer each ran out
-    of registers (14 of them, reloaded from the stack in the inner loop)."""
-    if not g.window or g.output_spatial[-1] % positions:
-        return None
-    last = g.window[-1]
-    if stage:   # features minor-most, then the last spatial dim
-        along = lhs.dims[g.dn.input_feature]
-    else:
-        along = window_strides(lhs)[g.dn.input_spatial[-1]]
-    return last.stride * along
-
-
-def _tile_positions(g: ConvGeometry, total: int, vector_bytes: int, panel_ordered: bool) -> int:
-    """Positions of a tile: the most of the row candidates that divide an output row (no
-    tile cut short, and pixels one step apart: _pixel_step), else the candidates' cheapest
-    (tiles x (positions + TILE_OVERHEAD)), the first of them on a tie."""
-    candidates = (PANEL_TILE_POSITIONS if panel_ordered else TILE_POSITIONS)[vector_bytes]
-    rows = ROW_TILE_POSITIONS.get(vector_bytes, candidates) if panel_ordered else candidates
-    width = g.output_spatial[-1] if g.output_spatial else 0
-    dividing = [n for n in rows if width and width % n == 0]
-    if dividing:
-        return min(max(dividing), total)
-    return min(min(candidates, key=lambda n: ceil(total / n) * (n + TILE_OVERHEAD)), total)
-
-
-def _run_taps(g: ConvGeometry, lhs: ArrayShape, rhs: ArrayShape, stage: bool, reordered: bool) -> int:
-    """The window offsets along the last spatial dimension that join the input features in
-    one contiguous run: all of them when, in the input as read and in the kernel as read,
-    the next offset's features follow the last feature of this one; else 1."""
-    if not g.window:
-        return 1
-    last = g.window[-1]
-    if last.rhs_dilate != 1 or last.reversal or g.feature_groups != 1:
-        return 1
-    features = g.input_features
-    if not stage:
-        strides = window_strides(lhs)
-        if strides[g.dn.input_spatial[-1]] != features:
-            return 1
-    if not reordered:   # (the kernel as packed or in panel order is tap, input feature, output feature)
-        strides = window_strides(rhs)
-        if strides[g.dn.kernel_spatial[-1]] != features * strides[g.dn.kernel_input_feature]:
-            return 1
-    return last.size
-
-
-# --- kernels in panel order ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class KernelPanels:
-    """How the tiles of a convolution want its kernel when it can be reordered once (an
-    entry parameter with a fixed value): [panel][window offset, in the kernel's spatial
-    dims' order][input feature][the panel's output features], each group's output features
-    zero-padded to whole panels. `pack` makes that array from the kernel as the HLO shape
-    describes it (logical dimension order)."""
-    output_dim: int
-    input_dim: int
-    spatial_dims: tuple[int, ...]
-    groups: int
-    panel_columns: int
-
-    def pack(self, kernel: np.ndarray) -> np.ndarray:
-        return output_tiles_first(np.transpose(kernel, (*self.spatial_dims, self.input_dim, self.output_dim)),
-                                  self.groups, self.panel_columns)
-
-
-def output_tiles_first(kernel: np.ndarray, groups: int, width: int) -> np.ndarray:
-    """`kernel` (..., output features) with each group's output features zero-padded to
-    whole tiles of `width` and the tiles moved to the front: (groups x tiles of a group,
-    ..., width), 64-byte aligned. The order both KernelPanels and conv_planes' WeightTiles
-    take a constant kernel in."""
-    lead, features = kernel.shape[:-1], kernel.shape[-1] // groups
-    tiles = ceil(features / width)
-    kernel = kernel.reshape(*lead, groups, features)
-    if tiles * width != features:
-        kernel = np.pad(kernel, [(0, 0)] * (kernel.ndim - 1) + [(0, tiles * width - features)])
-    return aligned_copy(np.moveaxis(kernel.reshape(*lead, groups * tiles, width), -2, 0))
 
 
 def kernel_form(conv: HloInstruction):
     """The form `conv`'s emitter (the first of EMITTERS that fits) wants its kernel in when
-    the kernel is a constant parameter (parameter_forms.py), or None."""
+    the kernel is a constant parameter (runtime/parameter_forms.py), or None."""
     emitter = next((emitter for accepts, emitter in EMITTERS if accepts(conv)), None)
     form = getattr(emitter, "kernel_form", None)   # (an emitter that reads its kernel in place has none)
     return form(conv) if form is not None else None
@@ -407,7 +158,7 @@ def _emitter(ke, conv: HloInstruction):
 class ConvolutionEmitter:
     """What a convolution emitter (EMITTERS) starts from: the kernel emitter, the convolution,
     its element type, its operands' buffers, the form its kernel comes in when that is not
-    its layout's (`kernel_form`, see parameter_forms.py) and the worker pool (None: one
+    its layout's (`kernel_form`, see runtime/parameter_forms.py) and the worker pool (None: one
     thread)."""
 
     def __init__(self, ke, conv: HloInstruction):
@@ -679,12 +430,38 @@ class TiledConvolution(ConvolutionEmitter):
         group, column = (b.udiv(q, i64(p.panels_per_group)), b.urem(q, i64(p.panels_per_group))) \
             if g.groups > 1 else (i64(0), q)
         column = b.mul(column, i64(p.panel_columns))
-        # each position's pixel as (pointer, constant offset)
-        if p.pixel_step is None:
-            pixels = [(self._pixel(b.add(start, i64(r)), group), 0) for r in range(p.positions)]
+        pixels = self._tile_pixels(start, group)
+        accumulators, in_block = self._start_tile(start, q, block, first, first_panel, depth_slice)
+        out_feature = b.add(b.mul(group, i64(g.group_features if not p.pack_kernel else p.group_columns)), column) \
+            if g.groups > 1 else column
+
+        def tap(t, segment=()):
+            self._tap(t, q, out_feature, pixels, accumulators, segment)
+
+        if depth_slice is not None:
+            t = b.udiv(depth_slice, i64(p.segments))
+            begin = b.mul(b.urem(depth_slice, i64(p.segments)), i64(p.segment))
+            tap(t, (begin, smin(b, b.add(begin, i64(p.segment)), i64(p.run))))
+        elif p.outer_taps == 1:
+            tap(i64(0))
         else:
-            first_pixel = self._pixel(start, group)
-            pixels = [(first_pixel, r * p.pixel_step) for r in range(p.positions)]
+            stepped_loop(b, i64(0), i64(p.outer_taps), tap)
+        self._finish_tile(start, nominal, accumulators, in_block, depth_slice)
+
+    def _tile_pixels(self, start: ir.Value, group: ir.Value) -> list[tuple[ir.Value, int]]:
+        """Each position's input pixel under the window's first tap, as (pointer, constant offset)."""
+        p = self.p
+        if p.pixel_step is None:
+            return [(self._pixel(self.b.add(start, i64(r)), group), 0) for r in range(p.positions)]
+        first_pixel = self._pixel(start, group)
+        return [(first_pixel, r * p.pixel_step) for r in range(p.positions)]
+
+    def _start_tile(self, start: ir.Value, q: ir.Value, block: ir.Value, first: ir.Value, first_panel: ir.Value,
+                    depth_slice: ir.Value | None) -> tuple[list, list]:
+        """The tile's accumulators (stack slots the registers are promoted from) and where its
+        sums lie in the block; the accumulators start at zero, or at the block's sums of the
+        depth's earlier slices."""
+        b, p = self.b, self.p
         accumulators = [[alloca_in_entry(b, self.vector) for _ in range(p.vectors)] for _ in range(p.positions)]
         row0 = b.add(b.sub(start, first), i64(p.positions))
         col0 = b.mul(b.sub(q, first_panel), i64(p.panel_columns))
@@ -704,52 +481,58 @@ class TiledConvolution(ConvolutionEmitter):
                             b.store(loaded, slot)
                         with otherwise:
                             b.store(zero, slot)
-        sizes = tuple(w.size for w in g.window[:-1]) + ((1,) if g.window else ())
-        if p.run_taps == 1:
-            sizes = tuple(w.size for w in g.window)
+        return accumulators, in_block
+
+    def _tap(self, t: ir.Value, q: ir.Value, out_feature: ir.Value, pixels: list, accumulators: list,
+             segment: tuple) -> None:
+        """One outer tap t of the window (its run of input features, or a segment of it) added
+        to the tile's accumulators: each pixel moved by the tap's offset, times the kernel rows
+        of the tap and the tile's panel."""
+        b, g, p = self.b, self.g, self.p
+        sizes = self.outer_tap_sizes
+        offsets = delinearize(b, t, sizes, tuple(range(len(sizes) - 1, -1, -1)))
         in_strides = window_strides(self.lhs_shape)
+        shift = i64(0)
+        for k, w, d in zip(offsets, g.window, g.dn.input_spatial):
+            step = w.rhs_dilate * in_strides[d]
+            if step and sizes and w.size > 1:
+                shift = b.add(shift, b.mul(k, i64(step)))
+        inputs = [(b.gep(pixel, [shift], source_etype=self.st), offset) for pixel, offset in pixels]
+        if p.panel_ordered:
+            windows = tuple(w.size for w in g.window)
+            tap_index = linear_index(b, offsets, windows, tuple(range(len(windows) - 1, -1, -1))) \
+                if windows else i64(0)
+            kernel = b.gep(self.rhs_ptr, [b.add(b.mul(q, i64(p.taps * g.input_features * p.panel_columns)),
+                                                b.mul(tap_index, i64(g.input_features * p.panel_columns)))],
+                           source_etype=self.st)
+            self._dot(inputs, kernel, p.panel_columns, accumulators, *segment)
+            return
         rhs = self.rhs_shape
-        kernel_stride = window_strides(rhs)[g.dn.kernel_input_feature]
-        out_feature = b.add(b.mul(group, i64(g.group_features if not p.pack_kernel else p.group_columns)), column) \
-            if g.groups > 1 else column
-
-        def tap(t):
-            offsets = delinearize(b, t, sizes, tuple(range(len(sizes) - 1, -1, -1)))
-            shift = i64(0)
-            for k, w, d in zip(offsets, g.window, g.dn.input_spatial):
-                step = w.rhs_dilate * in_strides[d]
-                if step and sizes and w.size > 1:
-                    shift = b.add(shift, b.mul(k, i64(step)))
-            inputs = [(b.gep(pixel, [shift], source_etype=self.st), offset) for pixel, offset in pixels]
-            if p.panel_ordered:
-                windows = tuple(w.size for w in g.window)
-                tap_index = linear_index(b, offsets, windows, tuple(range(len(windows) - 1, -1, -1))) \
-                    if windows else i64(0)
-                kernel = b.gep(self.rhs_ptr, [b.add(b.mul(q, i64(p.taps * g.input_features * p.panel_columns)),
-                                                    b.mul(tap_index, i64(g.input_features * p.panel_columns)))],
-                               source_etype=self.st)
-                return self._dot(inputs, kernel, p.panel_columns, accumulators, *segment)
-            if p.pack_kernel:   # (its window reversal is done)
-                index = [None] * rhs.rank
-                index[g.dn.kernel_output_feature], index[g.dn.kernel_input_feature] = out_feature, i64(0)
-                for d, k in zip(g.dn.kernel_spatial, offsets):
-                    index[d] = k
-            else:
-                index = g.kernel_index(b, out_feature, i64(0), offsets)
-            kernel = b.gep(self.rhs_ptr, [linear_index(b, index, rhs.dims, rhs.minor_to_major)], source_etype=self.st)
-            self._dot(inputs, kernel, kernel_stride, accumulators, *segment)
-
-        if depth_slice is not None:
-            t = b.udiv(depth_slice, i64(p.segments))
-            begin = b.mul(b.urem(depth_slice, i64(p.segments)), i64(p.segment))
-            segment = (begin, smin(b, b.add(begin, i64(p.segment)), i64(p.run)))
-            tap(t)
-        elif p.outer_taps == 1:
-            segment = ()
-            tap(i64(0))
+        if p.pack_kernel:   # (its window reversal is done)
+            index = [None] * rhs.rank
+            index[g.dn.kernel_output_feature], index[g.dn.kernel_input_feature] = out_feature, i64(0)
+            for d, k in zip(g.dn.kernel_spatial, offsets):
+                index[d] = k
         else:
-            segment = ()
-            stepped_loop(b, i64(0), i64(p.outer_taps), tap)
+            index = g.kernel_index(b, out_feature, i64(0), offsets)
+        kernel = b.gep(self.rhs_ptr, [linear_index(b, index, rhs.dims, rhs.minor_to_major)], source_etype=self.st)
+        self._dot(inputs, kernel, window_strides(rhs)[g.dn.kernel_input_feature], accumulators, *segment)
+
+    @property
+    def outer_tap_sizes(self) -> tuple[int, ...]:
+        """The extents of the window's taps a tile loops over: every spatial dimension of the
+        window, but the last one's offsets join the input features in one run unless the plan
+        has a run of one tap."""
+        window = self.g.window
+        if self.p.run_taps == 1:
+            return tuple(w.size for w in window)
+        return tuple(w.size for w in window[:-1]) + ((1,) if window else ())
+
+    def _finish_tile(self, start: ir.Value, nominal: ir.Value, accumulators: list, in_block: list,
+                     depth_slice: ir.Value | None) -> None:
+        """The accumulators stored to the block, but for a moved-back tile's rows before
+        `nominal` when the depth is sliced (the tile before has added this slice to them)."""
+        b, p = self.b, self.p
         for r, (row, sums) in enumerate(zip(accumulators, in_block)):
             def store(row=row, sums=sums):
                 for slot, at in zip(row, sums):

@@ -11,7 +11,7 @@ g is the 3x3 kernel of one input and one output feature, d the input patch, `.` 
 element by element; the products summed over the input features are one matrix product per
 element xi of the transformed patch: M[xi] = V[xi] (tiles x input features) times U[xi]
 (input features x output features). The kernel's transform U is made once, in float64, when
-the weights are bound (WinogradKernel, a form of parameter_forms.py) for a kernel that is a
+the weights are bound (WinogradKernel, a form of runtime/parameter_forms.py) for a kernel that is a
 constant parameter (an ONNX model's weights), and by the kernel itself on every call
 otherwise (as pyxla.jit passes its arguments: the CNN block benchmark 14.6 -> 7.7 ms).
 F(2x2, 3x3)'s coefficients are 0, +-1 and +-1/2, and it rounds about as the direct sum does;
@@ -21,14 +21,14 @@ chooses (largest_tile).
 A task takes a run of tiles (row-major over batch, tile row, tile column) and a block of
 panels of output features. For each strip of up to 14 tiles (TILES) it transforms their
 input patches into V (on its stack, [xi][tile][input feature]); then, panel by panel, it
-multiplies each xi's V by the panel's U[xi] in the register tiles of conv_tiles.py (a
+multiplies each xi's V by the panel's U[xi] in the register tiles of conv/tiles.py (a
 strip's tiles x one panel of output features, the accumulators in registers, one loop over
 the input features), keeps M on its stack and transforms it back into output pixels,
 written through the epilogue. An output whose height or width the tiles do not divide ends
 in a tile moved back, which leaves the pixels the tile before it wrote; a strip moved back
 to end where the task's tiles end writes only its tiles past the strip before it.
 
-The input is read as the tiles read it (conv_tiles.TiledConvolution._stage_input: padding
+The input is read as the tiles read it (tiles.TiledConvolution._stage_input: padding
 written as zeros, features minor-most), or in place when it is NHWC and unpadded (the
 padded input a producer writes, passes/convolution_layout.py).
 """
@@ -43,8 +43,9 @@ import numpy as np
 
 from ....hlo.instruction import HloInstruction
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .tiles import (EMITTERS, TILE_OVERHEAD, TiledConvolution, panel_layout, window_strides, fits as tiles_fit,
-    output_tiles_first)
+from .tile_plan import TILE_OVERHEAD, output_tiles_first, panel_layout, window_strides
+from .tile_plan import fits as tiles_fit
+from .tiles import EMITTERS, TiledConvolution
 from .geometry import ConvGeometry
 from ...llvm.ir_types import alloca_in_entry, etype
 from ...llvm.ir_types import i64, smin
@@ -93,7 +94,7 @@ TRANSFORMS = {
 # 2.2e-7 for F(2x2, 3x3) and 1.1e-7 for the direct sum (NumPy's f32 sum).
 LARGE_TILES_FROM = 24
 # Tiles per strip, the positions of a register tile: of these, the one that covers the tiles
-# with the least work, counting conv_tiles.TILE_OVERHEAD per strip (7 x 7 = 49 tiles: 4 strips
+# with the least work, counting tile_plan.TILE_OVERHEAD per strip (7 x 7 = 49 tiles: 4 strips
 # of 13, where strips of 14 compute 56).
 TILES = {32: (6,), 64: tuple(range(14, 6, -1))}
 # The transformed kernel is 16/9 of the kernel: with few tiles a convolution reads more kernel

@@ -1,6 +1,6 @@
 """pyxla's matrix-vector product y = x M for f32 and f64 (a canonical dot with m == 1, or
 n == 1 read the other way round): two kernels in LLVM IR, compiled once per process like the
-GEMM (gemm_kernel.py), and the dot cut into parts on the worker pool, the output fusion's
+GEMM (dot/gemm.py), and the dot cut into parts on the worker pool, the output fusion's
 epilogue (bias, ReLU) applied to each part's results once they are final. codegen.py routes
 every f32/f64 canonical dot with m or n of 1 here.
 

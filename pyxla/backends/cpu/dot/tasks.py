@@ -1,5 +1,5 @@
 """A canonical dot as tasks of the worker pool, each block of the result computed on one
-thread by pyxla's own GEMM (gemm_kernel.py), and the output fusion's epilogue applied to the
+thread by pyxla's own GEMM (dot/gemm.py), and the output fusion's epilogue applied to the
 block right after it, while the block is in cache.
 
 Why not BLAS here. OpenBLAS splits every call over threads of its own that meet several times

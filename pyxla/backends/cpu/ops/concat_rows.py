@@ -2,7 +2,7 @@
 (DenseNet's batch norm and ReLU over the features of every earlier layer, Inception's over
 its branches), row by row, or run by run along the minor-most dimension.
 
-The elemental concatenate (elemental.py) computes every operand's value at every element
+The elemental concatenate (llvm/elemental.py) computes every operand's value at every element
 and selects one: with 30 operands, 30 loads and selects per element, and no vector loop.
 Here a row is the run of elements that follows one index of the concatenated dimension
 (the spatial dimensions after an NCHW feature): its operand, and where the row starts in

@@ -1,7 +1,7 @@
 """A compiled CPU executable: native code plus the plan for its buffers.
 
 A call checks the arguments, lays them out as the parameters' layouts say, takes output
-buffers and an arena, makes one foreign call (call_shim.py), and returns the outputs as
+buffers and an arena, makes one foreign call (runtime/call_shim.py), and returns the outputs as
 NumPy arrays the caller owns.
 
 Memory is reused rather than allocated fresh on each call, because fresh large buffers cost
@@ -78,7 +78,7 @@ class CpuExecutable:
     def __init__(self, module: HloModule, address: int, outputs: list[OutputSlot], output_sizes: list[int],
                  arena_size: int, keepalive: Any, parameter_forms: dict | None = None):
         self.module = module
-        # parameter number -> the form its argument is taken in (parameter_forms.py)
+        # parameter number -> the form its argument is taken in (runtime/parameter_forms.py)
         self.parameter_forms = parameter_forms or {}
         self._call = entry_caller(address)
         self.outputs = outputs
@@ -106,7 +106,7 @@ class CpuExecutable:
                         for shape, dtype in self._allocations]
         self._all_direct = all(self._direct) and [slot.index for slot in outputs] == list(range(len(output_sizes)))
         self._free_arenas: list[tuple[np.ndarray, int]] = []
-        self.profile = None   # the kernel timings, when compiled under PYXLA_PROFILE (kernel_profile.py)
+        self.profile = None   # the kernel timings, when compiled under PYXLA_PROFILE (runtime/kernel_profile.py)
 
     def _single_use(self, slot: OutputSlot) -> bool:
         return sum(1 for s in self.outputs if s.kind == "buffer" and s.index == slot.index) == 1

@@ -9,7 +9,7 @@ times the whole call. The counters are a global of the program's own module, so 
 is two counter reads and two atomic adds per kernel (tens of nanoseconds), not a sampling
 profiler's guesswork or a Python callback. At exit every profiled program prints its
 kernels by total time (HLO name, what the kernel is, result shape, calls, time, share of
-the whole call, and the rates its flops and bytes (runtime/analysis.py) were done at) to stderr; `report()` gives the same text at any time and
+the whole call, and the rates its flops and bytes (hlo/cost_analysis.py) were done at) to stderr; `report()` gives the same text at any time and
 `CpuExecutable.profile.rows()` the numbers.
 
 The counter's rate is measured once per process against `time.perf_counter`.

@@ -5,9 +5,9 @@ weights: the `constant_parameters` of compile) lets the backend choose how that 
 in memory, as an accelerator's runtime lays out a buffer when it is copied to the device:
 the executable reorders the argument once (`CpuExecutable.prepare_argument`) and the
 kernels read it in the order they walk it. The convolution emitters say which form they
-want (`kernel_form`): the tiles (conv_tiles.py) a kernel in panel order, one sequential
+want (`kernel_form`): the tiles (conv/tiles.py) a kernel in panel order, one sequential
 stream per panel (3x3 512 -> 512 at 14x14: 253 -> 289 GFLOP/s, 2 threads), the 1x1 plane
-kernels (conv_planes.py) weight tiles, one stream per tile of output features. A
+kernels (conv/planes.py) weight tiles, one stream per tile of output features. A
 parameter gets a form only when every use of it wants the same one; any other use (an
 output, a slice, a dot) keeps the layout's order.
 """
@@ -42,7 +42,7 @@ def choose_parameter_forms(module: HloModule, constant_parameters: tuple[int, ..
 
 def _wanted_form(user: HloInstruction, index: int) -> Any:
     """The form `user` wants its operand `index` in: a convolution's kernel (alone, or the
-    one use of a fusion's parameter) as its emitter wants it (conv_tiles.kernel_form); else
+    one use of a fusion's parameter) as its emitter wants it (tiles.kernel_form); else
     None."""
     conv = user
     if user.opcode == "fusion":
