@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from .frameworks import FRAMEWORKS

@@ -75,7 +75,7 @@ def run_models(framework: str, budget: float, only: list[str] | None) -> dict:
     try:
         results["version"] = version(framework)
         import onnx  # noqa: F401  (the models come from its wheel)
-    except Exception as e:   # noqa: BLE001  (not installed: every model says so)
+    except Exception as e:
         results["unavailable"] = f"{type(e).__name__}: {e}"
         return results
     for name in MODELS:
@@ -92,7 +92,7 @@ def run_models(framework: str, budget: float, only: list[str] | None) -> dict:
                 g.shape == w.shape and np.allclose(g, w, rtol=RTOL, atol=ATOL) for g, w in zip(got, want))
             entry["max_abs_error"] = max(float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in zip(got, want))
             entry.update(summarize_times(measure(run, 3, budget)))
-        except Exception as e:   # noqa: BLE001  (a framework's failure is a result, not a crash)
+        except Exception as e:
             entry = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                      "trace": traceback.format_exc(limit=3)}
         results["results"][name] = entry

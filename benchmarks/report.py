@@ -60,7 +60,8 @@ def _model_lines(model_runs: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|"]
     for name, t in table.items():
         ratio = t["pyxla_over_onnxruntime"]
-        first = [f"{t[fw]['first_call_s']:.2f} s" if "first_call_s" in t[fw] else "–" for fw in ("pyxla", "onnxruntime")]
+        first = [f"{t[fw]['first_call_s']:.2f} s" if "first_call_s" in t[fw] else "–"
+                 for fw in ("pyxla", "onnxruntime")]
         lines.append(f"| {name} | {_cell(t['pyxla'])} | {_cell(t['onnxruntime'])} | "
                      f"{f'{ratio:.2f}' if ratio else '–'} | {first[0]} | {first[1]} |")
     return lines

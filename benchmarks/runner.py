@@ -46,7 +46,7 @@ def run_framework(name: str, scale: float, budget: float, only: list[str] | None
     results = {"framework": name, "scale": scale, "results": {}}
     try:
         results["version"] = module.version()
-    except Exception as e:   # noqa: BLE001  (not installed: every workload says so)
+    except Exception as e:
         results["version"] = None
         results["unavailable"] = f"{type(e).__name__}: {e}"
         return results
@@ -74,7 +74,7 @@ def run_framework(name: str, scale: float, budget: float, only: list[str] | None
                 entry["gb_per_s"] = w.min_bytes(inputs) / entry["median_s"] / 1e9
             if w.flops:
                 entry["gflops"] = w.flops(inputs) / entry["median_s"] / 1e9
-        except Exception as e:   # noqa: BLE001  (a framework's failure is a result, not a crash)
+        except Exception as e:
             entry = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                      "trace": traceback.format_exc(limit=3)}
         results["results"][w.name] = entry

@@ -5,8 +5,8 @@ Sizes are those of the performance issue; `scale` shrinks every dimension for a 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -9,12 +9,27 @@
 """
 __version__ = "0.1.0"
 
-from .errors import (ArgumentError, ConcretizationError, EvaluationError, ParseError, PyxlaError,  # noqa: F401
-                     ShapeError, TraceError, VerifierError)
-from .frontend import (default_backend, jit, register_pytree_node, set_default_backend,  # noqa: F401
-                       tree_flatten, tree_map, tree_unflatten)
-from .frontend.array import Array  # noqa: F401,E402  (what pyxla.numpy returns eagerly: an ndarray with .at)
-from . import numpy  # noqa: F401,E402  (installs Tracer's operators and ndarray methods, and Array.at)
+from . import numpy  # noqa: F401  (installs Tracer's operators and ndarray methods, and Array.at)
+from .errors import (  # noqa: F401
+    ArgumentError,
+    ConcretizationError,
+    EvaluationError,
+    ParseError,
+    PyxlaError,
+    ShapeError,
+    TraceError,
+    VerifierError,
+)
+from .frontend import (  # noqa: F401
+    default_backend,
+    jit,
+    register_pytree_node,
+    set_default_backend,
+    tree_flatten,
+    tree_map,
+    tree_unflatten,
+)
+from .frontend.array import Array  # noqa: F401  (what pyxla.numpy returns eagerly: an ndarray with .at)
 
 
 def __getattr__(name: str):

@@ -74,7 +74,7 @@ def cmd_run(ns) -> int:
 
 
 def cmd_run_onnx(ns) -> int:
-    from .importers.onnx import load   # needs the onnx package (pip install 'pyxla[onnx]')
+    from .importers.onnx import load  # needs the onnx package (pip install 'pyxla[onnx]')
 
     model = load(ns.model, backend=ns.backend)
     feeds = {}

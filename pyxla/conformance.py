@@ -6,9 +6,9 @@ meta.json (see the corpus README). bf16 arrays are stored as uint16 bit patterns
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import ml_dtypes
 import numpy as np

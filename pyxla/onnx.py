@@ -6,5 +6,9 @@
 
 `pyxla.onnx.backend` is an onnx.backend.base.Backend, for onnx.backend.test.BackendTest.
 """
-from .importers.onnx import OnnxImportError, OnnxModel, load  # noqa: F401
-from .importers.onnx import backend  # noqa: F401,E402
+from .importers.onnx import (  # noqa: F401
+    OnnxImportError,
+    OnnxModel,
+    backend,
+    load,
+)

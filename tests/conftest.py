@@ -5,7 +5,6 @@ import zlib
 import numpy as np
 import pytest
 
-
 # Fresh inputs every run; the seed is printed so a failure can be reproduced with
 # PYXLA_TEST_SEED=<seed>.
 # Set in the environment at import so pytest-xdist workers share the controller's seed.

@@ -4,7 +4,6 @@ import sys
 from importlib import resources
 
 import numpy as np
-import pytest
 
 from pyxla.cli import main
 from pyxla.conformance import corpus_case_dirs

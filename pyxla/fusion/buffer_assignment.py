@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo.computation import HloComputation
+from ..hlo.cost_analysis import byte_size
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
 from ..hlo.shape import ArrayShape, TupleShape
-from ..hlo.cost_analysis import byte_size
 
 VIEWS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier"})   # no memory of their own
 ALIGNMENT = 64
@@ -43,7 +43,7 @@ class Buffer:
     def name(self) -> str:
         return "+".join("%" + v.name for v in self.values)
 
-    def overlaps_in_time(self, other: "Buffer") -> bool:
+    def overlaps_in_time(self, other: Buffer) -> bool:
         return self.start <= other.end and other.start <= self.end
 
 

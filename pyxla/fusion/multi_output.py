@@ -12,8 +12,8 @@ from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.shape import TupleShape
-from ..passes.hlo_pass import HloPass
 from ..passes.call_inliner import inline_computation
+from ..passes.hlo_pass import HloPass
 from .fusion_builder import make_fusion
 
 

@@ -10,12 +10,9 @@ from dataclasses import dataclass
 
 from ..hlo.instruction import HloInstruction
 from ..hlo.ops import op_def
+from ..hlo.ops.registry import is_expensive
 from ..hlo.shape import ArrayShape
 
-# Ops whose per-element cost is high: recomputing them per use is not free.
-EXPENSIVE = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt", "cbrt",
-                       "sine", "cosine", "tan", "tanh", "logistic", "erf", "power", "atan2", "divide",
-                       "remainder", "gather"})
 # Ops a loop kernel computes from indices alone: fusable into any consumer.
 FUSIBLE_KINDS = frozenset({"elementwise", "broadcast", "injective"})
 # Data-movement ops that are not worth fusing as producers: they copy, so keep their result.
@@ -73,11 +70,11 @@ class FusionPolicy:
                 # residual stream, each value feeding the next convolution and the next
                 # add) would be computed again in every later kernel.
                 return f"written to memory for %{materialized.name} anyway: fusing would compute it again"
-            if opcode in EXPENSIVE:
+            if is_expensive(opcode):
                 return f"expensive {opcode} has {len(producer.users)} users: fusing would compute it again"
             if len(producer.users) > self.max_duplicated_users and opcode not in FREE_TO_DUPLICATE:
                 return f"{len(producer.users)} users exceed the duplication budget {self.max_duplicated_users}"
-        if opcode in EXPENSIVE and _reads_more_than_once(producer, consumer):
+        if is_expensive(opcode) and _reads_more_than_once(producer, consumer):
             return f"expensive {opcode} would be recomputed for each of several uses of an element"
         if _fused_size(consumer) >= self.max_fused_instructions:
             return f"the fusion already has {self.max_fused_instructions} instructions"
@@ -148,7 +145,7 @@ class FusionPolicy:
             return f"its root {root.opcode} is a kernel of its own, not computed per element"
         if _feeds_gemm(producer, consumer):
             return "feeds the dot/convolution of an output fusion (the GEMM reads plain buffers)"
-        expensive = [i.opcode for i in producer.attrs["calls"].instructions if i.opcode in EXPENSIVE]
+        expensive = [i.opcode for i in producer.attrs["calls"].instructions if is_expensive(i.opcode)]
         if expensive and _reads_more_than_once(producer, consumer):
             return f"expensive {expensive[0]} would be recomputed for each of several uses of an element"
         if _fused_size(consumer) + _fused_size(producer) > self.max_fused_instructions:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import heapq
 
 from ..hlo.computation import HloComputation
+from ..hlo.cost_analysis import byte_size
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
-from ..hlo.cost_analysis import byte_size
 
 # Results that own no new buffer: views of operands or caller-owned memory.
 NO_ALLOCATION = frozenset({"parameter", "tuple", "get-tuple-element", "bitcast", "constant"})

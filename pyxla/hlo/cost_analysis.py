@@ -12,10 +12,9 @@ from math import prod
 
 from .module import HloModule
 from .ops import op_def
+from .ops.registry import is_transcendental
 from .shape import ArrayShape, Shape, TupleShape
 
-TRANSCENDENTAL = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt",
-                            "cbrt", "sine", "cosine", "tan", "tanh", "logistic", "erf", "power", "atan2"})
 # Ops that move no data of their own or compute nothing.
 FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "opt-barrier"})
 
@@ -56,7 +55,7 @@ def kernel_cost(instr) -> tuple[int, int, int]:
     fused instructions' flops, and its bytes are what it reads and writes in memory."""
     body = instr.attrs["calls"].instructions if instr.opcode == "fusion" else [instr]
     k_flops = sum(instruction_flops(i) for i in body if i.opcode not in FREE)
-    k_trans = sum(_elements(i.shape) for i in body if i.opcode in TRANSCENDENTAL)
+    k_trans = sum(_elements(i.shape) for i in body if is_transcendental(i.opcode))
     k_bytes = byte_size(instr.shape) + sum(byte_size(o.shape) for o in dict.fromkeys(instr.operands))
     return k_flops, k_trans, k_bytes
 

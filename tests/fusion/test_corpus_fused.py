@@ -2,8 +2,8 @@
 multi-output fusion, scheduling and buffer assignment."""
 import pytest
 
-from pyxla.conformance import corpus_case_dirs, load_case, run_case
 from pyxla.compiler import compile_module
+from pyxla.conformance import corpus_case_dirs, load_case, run_case
 from pyxla.hlo import evaluate_module, flatten_result, parse_module, verify_module
 
 CASES = corpus_case_dirs()

@@ -1,7 +1,7 @@
 """Fusion decisions: the kernel counts that matter, values unchanged, reasons logged."""
 import pytest
 
-from pyxla.fusion.instruction_fusion import FusionLog, fusion_pass, kernels
+from pyxla.fusion.instruction_fusion import fusion_pass, kernels
 from pyxla.fusion.policy import FusionPolicy
 from pyxla.hlo import parse_module, verify_module
 from pyxla.passes.pipeline import run_pipeline

@@ -17,14 +17,14 @@ from pathlib import Path
 from ...compiler import CompiledModule, compile_module
 from ...hlo.module import HloModule
 from ...hlo.verifier import verify_module
+from .codegen import ModuleCodegen
+
 # Importing these registers their kernels and elemental rules with codegen.
 from .conv import depthwise, geometry, planes, pointwise, tiles, winograd  # noqa: F401
 from .ops import indexing, rng, sorting, windows  # noqa: F401
-from .codegen import ModuleCodegen
 from .runtime.executable import CpuExecutable
-from .runtime.parameter_forms import choose_parameter_forms
 from .runtime.llvm_jit import host_jit
-
+from .runtime.parameter_forms import choose_parameter_forms
 
 _module_numbers = itertools.count()
 

@@ -57,27 +57,35 @@ import numpy as np
 
 from ...fusion.buffer_assignment import Buffer, BufferAssignment, read_elementwise
 from ...hlo.computation import HloComputation
+from ...hlo.cost_analysis import byte_size
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
-from ...hlo.ops.registry import op_def
-from ...hlo.shape import ArrayShape, TupleShape
+from ...hlo.ops.registry import EXPENSIVE_OPS, op_def
+from ...hlo.shape import ArrayShape, TupleShape, default_layout
 from ...hlo.types import integer_limits
-from ...hlo.cost_analysis import byte_size
-from .runtime import kernel_profile
-from .dot.blas import emit_gemm
-from .ops.concat_rows import concatenate_of, emit_concatenated_rows
-from .control_flow import (CONTROL_FLOW, VIEWS, Frame, Leaf, align, copy_array, plan_memory,
-                           tuple_element_offsets, value_leaves)
 from ..llvm.elemental import RULES, ElementalEmitter, Unsupported, emit_reduction_loop
 from ..llvm.indices import delinearize, linear_index
-from ..llvm.ir_types import etype
-from .dot.tasks import emit_dot_tasks
+from ..llvm.ir_types import I8, I32, PTR, VOID, compute_type, etype, i64, storage_type, to_compute, to_storage
+from ..llvm.loops import for_range, for_span
+from ..llvm.transpose_loops import blocked_loop_nest, crossed_dimensions
+from .control_flow import (
+    CONTROL_FLOW,
+    VIEWS,
+    Frame,
+    Leaf,
+    align,
+    copy_array,
+    plan_memory,
+    tuple_element_offsets,
+    value_leaves,
+)
+from .dot.blas import emit_gemm
 from .dot.gemv import emit_gemv
 from .dot.plan import plan_gemm
-from ..llvm.ir_types import I8, I32, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
-from ..llvm.loops import for_range, for_span
+from .dot.tasks import emit_dot_tasks
+from .ops.concat_rows import concatenate_of, emit_concatenated_rows
+from .runtime import kernel_profile
 from .runtime.parallel import emit_parallel_tasks, worker_pool
-from ..llvm.transpose_loops import blocked_loop_nest, crossed_dimensions
 
 # Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
 # emit(kernel_emitter). Files in this package that add one register it here.
@@ -91,9 +99,8 @@ MXCSR_FTZ_DAZ = 0x8040
 PARALLEL_MIN_WORK = 1 << 17       # below this a loop nest stays on the calling thread
 TASK_MIN_WORK = 1 << 15           # and no task gets less than this
 TASKS_PER_THREAD = 4              # chunks per thread, so a late or slowed thread costs little
-EXPENSIVE_OPS = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
-                           "erf", "sine", "cosine", "tan", "power", "atan2", "divide", "remainder", "sqrt",
-                           "rsqrt", "cbrt"})
+# Elementwise ops whose elements cost EXPENSIVE_COST (the registry's expensive ones).
+EXPENSIVE_OPS = frozenset(op for op in EXPENSIVE_OPS if op_def(op).fusion_kind == "elementwise")
 EXPENSIVE_COST = 8
 ROW_BUFFER_BYTES = 1 << 16        # rows up to this size keep costly shared values on the stack
 SPLITTABLE_REDUCERS = ("add", "multiply", "maximum", "minimum", "and", "or")
@@ -331,7 +338,8 @@ class ModuleCodegen:
         Kernel code refers to buffers only through its pointer arguments, so equal text is
         equal behaviour."""
         own = [g for name, g in self.ir.globals.items()
-               if name not in before and isinstance(g, ir.Function) and (name == fn.name or name.startswith(f"{fn.name}."))]
+               if name not in before and isinstance(g, ir.Function)
+               and (name == fn.name or name.startswith(f"{fn.name}."))]
         text = "\n".join(str(g) for g in own).replace(f"@\"{fn.name}", "@\"KERNEL").replace(f"@{fn.name}", "@KERNEL")
         earlier = self._kernels_by_code.setdefault(self._metadata_by_content(text), fn)
         if earlier is not fn:
@@ -366,7 +374,7 @@ class KernelEmitter:
                 self.e.buffer_reads[id(op)] = self._buffer_reader(op)
 
     # reading buffers
-    def _load(self, ptr, shape: ArrayShape, index: tuple) -> ir.Value:
+    def load(self, ptr, shape: ArrayShape, index: tuple) -> ir.Value:
         b = self.b
         offset = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
         st = storage_type(shape.dtype)
@@ -374,11 +382,11 @@ class KernelEmitter:
 
     def _buffer_reader(self, op: HloInstruction):
         ptr = self.pointers[id(op)]
-        return lambda index: self._load(ptr, op.shape, index)
+        return lambda index: self.load(ptr, op.shape, index)
 
     def _read_parameter(self, param: HloInstruction, index: tuple) -> ir.Value:
         operand = self.instr.operands[param.parameter_number]
-        return self._load(self.pointers[id(operand)], operand.shape, index)
+        return self.load(self.pointers[id(operand)], operand.shape, index)
 
     def _read_constant(self, const: HloInstruction, index: tuple) -> ir.Value:
         shape: ArrayShape = const.shape
@@ -390,9 +398,9 @@ class KernelEmitter:
             if t.is_float:
                 return ir.Constant(compute_type(t), float(value))
             return ir.Constant(compute_type(t), int(value))
-        return self._load(self.codegen._constant_global(const), shape, index)
+        return self.load(self.codegen._constant_global(const), shape, index)
 
-    def _store(self, ptr, shape: ArrayShape, index: tuple, value: ir.Value) -> None:
+    def store(self, ptr, shape: ArrayShape, index: tuple, value: ir.Value) -> None:
         b = self.b
         offset = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
         st = storage_type(shape.dtype)
@@ -423,7 +431,7 @@ class KernelEmitter:
         concat = concatenate_of(self, root)
         if concat is not None:
             return emit_concatenated_rows(self, root, concat)
-        self._emit_loop(root)
+        self.emit_loop(root)
 
     def _output_fusion_kernel(self):
         if self.fused is None or self.instr.attrs.get("kind") != "kOutput":
@@ -431,14 +439,14 @@ class KernelEmitter:
         return next((OUTPUT_FUSION_KERNELS[i.opcode] for i in self.fused.instructions
                      if i.opcode in OUTPUT_FUSION_KERNELS), None)
 
-    def _emit_loop(self, root: HloInstruction) -> None:
+    def emit_loop(self, root: HloInstruction) -> None:
         shape: ArrayShape = self.instr.shape
-        work = shape.size * self._element_cost()
-        store = lambda index: self._store_root(root, shape, index)   # noqa: E731
+        work = shape.size * self.element_cost()
+        store = lambda index: self.store_root(root, shape, index)   # noqa: E731
         crossed = crossed_dimensions(self.fused.instructions if self.fused is not None else [self.instr], shape)
         if crossed is not None:
             return blocked_loop_nest(self, shape.dims, crossed, store, work)
-        self._loop_nest(shape.dims, store, work)
+        self.loop_nest(shape.dims, store, work)
 
     def _emit_rows(self, root: HloInstruction) -> None:
         """Per row: every reduction once, then the row's outputs; reductions apart when the
@@ -451,7 +459,7 @@ class KernelEmitter:
                                                                 for _, shape, _ in leaves):
             return self._emit_reductions_apart(reduces, leaves)
         row_work = sum(r.operands[0].shape.size for r in reduces) + sum(s.size for _, s, _ in leaves)
-        work = row_work * self._element_cost()
+        work = row_work * self.element_cost()
         pool = worker_pool() if work >= PARALLEL_MIN_WORK else None
         if pool is not None and _prod(rows) < 2 * pool.threads and all(_splittable(r) for r in reduces):
             return self._emit_reductions_apart(reduces, leaves)   # few long rows: split along them
@@ -470,7 +478,7 @@ class KernelEmitter:
 
                 def body(index, value_of=value_of, shape=shape, ptr=ptr):
                     self.e.push_scope()
-                    self._store(ptr, shape, row + index, value_of(self.e, row + index))
+                    self.store(ptr, shape, row + index, value_of(self.e, row + index))
                     self.e.pop_scope()
 
                 for_range(self.b, shape.dims[len(rows):], body)
@@ -478,7 +486,7 @@ class KernelEmitter:
                 del self.e.buffer_reads[id(value)]
             self.e.pop_scope()
 
-        self._loop_nest(rows, row_body, work)
+        self.loop_nest(rows, row_body, work)
 
     def _row_kept_values(self, reduces, rows, leaves) -> list[HloInstruction]:
         """Values of a row that its reductions compute and its outputs use again, and that
@@ -551,7 +559,7 @@ class KernelEmitter:
         b.position_at_end(here)
 
         def at(index):
-            offset = linear_index(b, index[row_rank:], inner, tuple(range(len(inner) - 1, -1, -1))) \
+            offset = linear_index(b, index[row_rank:], inner, default_layout(len(inner))) \
                 if inner else i64(0)
             return b.gep(memory, [offset], source_etype=ty)
 
@@ -568,7 +576,7 @@ class KernelEmitter:
         reads another reads it from there), then each output by its own loop nest: for a
         kernel whose outputs are not laid out by the rows its reductions produce (a bitcast
         of the rows, reductions of different shapes)."""
-        cost = self._element_cost()
+        cost = self.element_cost()
         for r in reduces:
             shapes = [ArrayShape(s.dtype, s.dims) for s in (r.shape.elements if isinstance(r.shape, TupleShape)
                                                            else (r.shape,))]
@@ -580,13 +588,15 @@ class KernelEmitter:
                     self.e.push_scope()
                     values = self.e.value(r, index)
                     for ptr, shape, value in zip(ptrs, shapes, values if isinstance(values, list) else [values]):
-                        self._store(ptr, shape, index, value)
+                        self.store(ptr, shape, index, value)
                     self.e.pop_scope()
 
-                self._loop_nest(shapes[0].dims, body, work)
+                self.loop_nest(shapes[0].dims, body, work)
 
-            def read(index, shapes=shapes, ptrs=ptrs, variadic=isinstance(r.shape, TupleShape)):
-                values = [self._load(ptr, shape, index) for ptr, shape in zip(ptrs, shapes)]
+            variadic = isinstance(r.shape, TupleShape)
+
+            def read(index, shapes=shapes, ptrs=ptrs, variadic=variadic):
+                values = [self.load(ptr, shape, index) for ptr, shape in zip(ptrs, shapes)]
                 return values if variadic else values[0]
 
             self.e.buffer_reads[id(r)] = read
@@ -595,13 +605,13 @@ class KernelEmitter:
 
             def body(index, value_of=value_of, shape=shape, ptr=ptr):
                 self.e.push_scope()
-                self._store(ptr, shape, index, value_of(self.e, index))
+                self.store(ptr, shape, index, value_of(self.e, index))
                 self.e.pop_scope()
 
-            self._loop_nest(shape.dims, body, shape.size * cost)
+            self.loop_nest(shape.dims, body, shape.size * cost)
 
     # --- splitting across threads ---------------------------------------------------------------
-    def _element_cost(self) -> int:
+    def element_cost(self) -> int:
         """The estimated cost of one element of this kernel's loops (its elementwise ops,
         transcendental ones counting EXPENSIVE_COST, a reduce-window its window's elements),
         at least 1."""
@@ -640,7 +650,7 @@ class KernelEmitter:
 
         emit_parallel_tasks(b, worker_pool(), n_tasks, task)
 
-    def _loop_nest(self, extents, body, work: float) -> None:
+    def loop_nest(self, extents, body, work: float) -> None:
         """for_range(extents, body), split across the pool's threads when `work` is large."""
         split = self._split(extents, work)
         if split is None:
@@ -670,7 +680,7 @@ class KernelEmitter:
             def part(index):
                 self.e.push_scope()
                 (value,) = emit_reduction_loop(self.e, r, index, span=(k, begin, end))
-                self._store(parts, flat, (t, linear_index(b, index, shape.dims, shape.minor_to_major)
+                self.store(parts, flat, (t, linear_index(b, index, shape.dims, shape.minor_to_major)
                                           if shape.rank else i64(0)), value)
                 self.e.pop_scope()
             for_range(b, shape.dims, part)
@@ -679,11 +689,11 @@ class KernelEmitter:
 
         def combine(index):
             at = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
-            total = self._load(parts, flat, (i64(0), at))
+            total = self.load(parts, flat, (i64(0), at))
             for t in range(1, n_tasks):
-                part = self._load(parts, flat, (i64(t), at))
+                part = self.load(parts, flat, (i64(t), at))
                 total = self.e.scalar_computation(r.attrs["to_apply"], [total, part], reassociate=True)[0]
-            self._store(result, shape, index, total)
+            self.store(result, shape, index, total)
 
         for_range(b, shape.dims, combine)
         return True
@@ -701,8 +711,8 @@ class KernelEmitter:
         dot, t, nb = plan.dot, etype(plan.dot), len(plan.batch_dims)
         lhs, rhs = dot.operands
         m, n, k, a_t, b_t, batch = plan.m, plan.n, plan.k, plan.a_transposed, plan.b_transposed, plan.batch
-        lptr = self._operand_pointer(lhs)
-        rptr = self._operand_pointer(rhs)
+        lptr = self.operand_pointer(lhs)
+        rptr = self.operand_pointer(rhs)
         b = self.b
         size = t.bytes
         shape = self.instr.shape
@@ -712,7 +722,7 @@ class KernelEmitter:
         in_place = read_elementwise(dot, root)
         product_ptr = self.out_ptr if in_place else self.reserve_scratch(shape.byte_size)
         if root is not dot:
-            self.e.buffer_reads[id(dot)] = lambda index: self._load(product_ptr, shape, index)
+            self.e.buffer_reads[id(dot)] = lambda index: self.load(product_ptr, shape, index)
 
         def at(ptr, elems, p):
             return b.gep(ptr, [b.mul(p, i64(elems * size))], source_etype=I8) if batch > 1 else ptr
@@ -728,7 +738,7 @@ class KernelEmitter:
             x, mat, count, transposed = (lptr, rptr, n, b_t) if m == 1 else (rptr, lptr, m, not a_t)
 
             def epilogue_at(flat):   # the product is row-major: its flat index is the result's
-                self._store_root(root, shape, delinearize(b, flat, shape.dims, shape.minor_to_major))
+                self.store_root(root, shape, delinearize(b, flat, shape.dims, shape.minor_to_major))
 
             emit_gemv(self, t.name, product_ptr, x, mat, batch, count, k, transposed, tasks,
                       epilogue_at if per_product else None)
@@ -736,7 +746,7 @@ class KernelEmitter:
             per_product = root is not dot and in_place and shape.rank == nb + 2
 
             def epilogue(prefix, i, j):
-                self._store_root(root, shape, tuple(prefix) + (i, j))
+                self.store_root(root, shape, tuple(prefix) + (i, j))
 
             emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, shape.dims[:nb], m, n, k, a_t, b_t,
                            pool.threads * GEMM_TASKS_PER_THREAD, epilogue if per_product else None)
@@ -745,15 +755,15 @@ class KernelEmitter:
                                                           at(lptr, m * k, index[0]), at(rptr, k * n, index[0]),
                                                           m, n, k, a_t, b_t))
         if root is not dot and not per_product:
-            self._emit_loop(root)
+            self.emit_loop(root)
         return True
 
-    def _store_root(self, root: HloInstruction, shape: ArrayShape, index: tuple) -> None:
+    def store_root(self, root: HloInstruction, shape: ArrayShape, index: tuple) -> None:
         self.e.push_scope()
-        self._store(self.out_ptr, shape, index, self.e.value(root, index))
+        self.store(self.out_ptr, shape, index, self.e.value(root, index))
         self.e.pop_scope()
 
-    def _operand_pointer(self, value: HloInstruction):
+    def operand_pointer(self, value: HloInstruction):
         if value.opcode == "parameter" and self.fused is not None:
             return self.pointers[id(self.instr.operands[value.parameter_number])]
         return self.pointers[id(value)]

@@ -43,11 +43,11 @@ import llvmlite.ir as ir
 
 from ...fusion.buffer_assignment import ALIGNMENT, Buffer, BufferAssignment, assign_buffers
 from ...hlo.computation import HloComputation
+from ...hlo.cost_analysis import byte_size
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
 from ...hlo.ops.control import _branches
 from ...hlo.shape import ArrayShape, Shape, TupleShape
-from ...hlo.cost_analysis import byte_size
 from ..llvm.elemental import Unsupported
 from ..llvm.indices import linear_index
 from ..llvm.ir_types import I1, I8, I32, I64, PTR, i64, storage_type

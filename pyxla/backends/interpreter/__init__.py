@@ -1,7 +1,8 @@
 """The interpreter backend: the reference evaluator behind the executable interface."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -20,8 +20,7 @@ import llvmlite.ir as ir
 
 from ...hlo.types import F32, ElementType
 from .elemental import RULES, ElementalEmitter
-from .ir_types import etype
-from .ir_types import F16, I16, I32, i64, storage_type, to_compute, to_storage
+from .ir_types import F16, I16, I32, etype, i64, storage_type, to_compute, to_storage
 
 MANTISSA_BITS = {"f16": 10, "bf16": 7, "f32": 23, "f64": 52}
 

@@ -12,17 +12,16 @@ subnormals are flushed by the MXCSR setting the entry function makes.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import llvmlite.ir as ir
 
 from ...hlo.instruction import HloInstruction, uniform_value
-from ...hlo.shape import ArrayShape
+from ...hlo.shape import ArrayShape, default_layout
 from ...hlo.types import ElementType
 from .fast_math import fast_binary, fast_unary, power_by_roots, root_exponent
 from .indices import delinearize, linear_index
-from .ir_types import alloca_in_entry, etype
-from .ir_types import F32, F64, I1, compute_type, i64, storage_type, to_compute, to_storage
+from .ir_types import F32, F64, I1, alloca_in_entry, compute_type, etype, i64, storage_type, to_compute, to_storage
 
 
 class Unsupported(NotImplementedError):
@@ -409,11 +408,11 @@ def _reshape(e, instr, index):
     dst = instr.shape.dims
     src_index: list = []
     for s, d in common_factors(src, dst):
-        flat = linear_index(e.b, index[d], dst[d], tuple(range(len(dst[d]) - 1, -1, -1)))
+        flat = linear_index(e.b, index[d], dst[d], default_layout(len(dst[d])))
         if sum(n != 1 for n in src[s]) <= 1:
             src_index += [flat if n != 1 else i64(0) for n in src[s]]
         else:
-            src_index += delinearize(e.b, flat, src[s], tuple(range(len(src[s]) - 1, -1, -1)))
+            src_index += delinearize(e.b, flat, src[s], default_layout(len(src[s])))
     return e.operand(instr, 0, tuple(src_index))
 
 
@@ -488,7 +487,7 @@ def _concatenate(e, instr, index):
     (axis,) = instr.attrs["dimensions"]
     offset = 0
     result = None
-    for k, op in enumerate(instr.operands):
+    for op in instr.operands:
         size = op.shape.dims[axis]
         if size == 0:
             continue

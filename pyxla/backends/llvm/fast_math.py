@@ -272,8 +272,9 @@ def pow_by_roots(m: FloatOps, x, exponent: float):
     and/or sqrt(sqrt(|x|)), inverted for a negative exponent; no intermediate leaves the
     normal range. Each step is correctly rounded: within 4 ulp (measured: 3.6 in f32, 4 in f64),
     in a tenth of the time of pow through e**(y log x) in f64 (LRN over 1M f32: 4.1 -> 0.44
-    ms; 1.4 ms computed in f64 and rounded once). A non-integer power of |x| is pow(x, y) for every x but finite negatives, which
-    give NaN (-0 and -inf give what +0 and +inf give)."""
+    ms; 1.4 ms computed in f64 and rounded once). A non-integer power of |x| is pow(x, y)
+    for every x but finite negatives, which give NaN (-0 and -inf give what +0 and +inf
+    give)."""
     quarters = round(abs(exponent) * 4)
     ax = m.fabs(x)
     root = m.call("llvm.sqrt", ax)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import llvmlite.ir as ir
 
@@ -81,7 +81,7 @@ def _chunks(v: Fraction, count: int, width: int) -> list[float]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def reduction_table(first_k: int, last_k: int, count: int, width: int) -> tuple[tuple[float, ...], ...]:
     """Per chunk index, the chunk of T(k) = (2**k * 2/pi) mod 4 for k in [first_k, last_k]."""
     rows = []

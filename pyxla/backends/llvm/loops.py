@@ -19,10 +19,11 @@ rounding less."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import llvmlite.ir as ir
 
+from ...hlo.shape import default_layout
 from .indices import delinearize
 from .ir_types import I1, I64, alloca_in_entry, i64
 
@@ -75,7 +76,7 @@ def for_span(b: ir.IRBuilder, extents: Sequence[int], k: int, begin: ir.Value, e
         start = b.mul(r, i64(split))
         low = b.select(b.icmp_unsigned(">", begin, start), b.sub(begin, start), i64(0))
         high = b.select(b.icmp_unsigned("<", b.sub(end, start), i64(split)), b.sub(end, start), i64(split))
-        prefix = list(delinearize(b, r, tuple(outer), tuple(range(len(outer) - 1, -1, -1))))
+        prefix = list(delinearize(b, r, tuple(outer), default_layout(len(outer))))
         counted_loop(b, low, high, lambda j: _nest(b, inner, prefix + [j], body))
 
     counted_loop(b, b.udiv(begin, i64(split)), b.udiv(b.add(end, i64(split - 1)), i64(split)), row)

@@ -12,8 +12,8 @@ rows (LLVM vectorises it, gathering the reads).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import ceil
-from typing import Callable
 
 from ...hlo.shape import ArrayShape, default_layout
 from .ir_types import i64
@@ -71,5 +71,5 @@ def blocked_loop_nest(ke, extents: tuple[int, ...], crossed: tuple[int, int], bo
             counted_loop(b, i64(0), columns, element)
         counted_loop(b, i64(0), rows, row)
 
-    ke._loop_nest(tuple(outer), square, work)
+    ke.loop_nest(tuple(outer), square, work)
 

@@ -31,6 +31,7 @@ from ...errors import ShapeError
 
 if TYPE_CHECKING:
     from ..instruction import HloInstruction
+    from ..shape import Shape
 
 # How fusion treats an opcode (XLA's classification):
 #   elementwise  every output element depends on the same-index element of each operand
@@ -112,10 +113,29 @@ def known_opcodes() -> list[str]:
     return sorted(REGISTRY)
 
 
-def require_declared(opcode: str, declared):
+def require_declared(opcode: str, declared: Shape | None) -> Shape:
     if declared is None:
         raise ShapeError(f"{opcode} needs its result shape given: it does not follow from the operands")
     return declared
+
+
+# Cost classes of ops, as XLA draws them. Cost analysis counts the transcendental ops'
+# elements apart (HloCostAnalysis); the expensive ones (XLA's IsExpensive: those and
+# division, remainder, gather) cost enough per element that fusion does not duplicate them
+# into several consumers, and a loop kernel's work estimate weighs them more.
+TRANSCENDENTAL_OPS = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt", "rsqrt",
+                                "cbrt", "sine", "cosine", "tan", "tanh", "logistic", "erf", "power", "atan2"})
+EXPENSIVE_OPS = TRANSCENDENTAL_OPS | {"divide", "remainder", "gather"}
+
+
+def is_transcendental(opcode: str) -> bool:
+    """Whether cost analysis counts `opcode`'s elements as transcendentals."""
+    return opcode in TRANSCENDENTAL_OPS
+
+
+def is_expensive(opcode: str) -> bool:
+    """Whether `opcode` costs enough per element that computing it twice is not free."""
+    return opcode in EXPENSIVE_OPS
 
 
 _loaded = False

@@ -13,8 +13,9 @@ attribute the node carries is refused too, so no attribute is ignored silently.
 from __future__ import annotations
 
 from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

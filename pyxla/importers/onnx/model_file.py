@@ -10,8 +10,9 @@ graph onnx.checker rejects) is an OnnxImportError naming what was wrong, never a
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Union
 
 import numpy as np
 
@@ -47,7 +48,8 @@ def load_model(source, base_dir: str | os.PathLike | None = None, check: bool = 
             if base_dir is None:
                 base_dir = path.resolve().parent
         else:
-            raise OnnxImportError(f"an ONNX model is a path, bytes or an onnx.ModelProto, not a {type(source).__name__}")
+            raise OnnxImportError("an ONNX model is a path, bytes or an onnx.ModelProto, "
+                                  f"not a {type(source).__name__}")
         model = onnx.ModelProto()
         try:
             model.ParseFromString(data)

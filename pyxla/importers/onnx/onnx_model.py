@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -20,8 +20,9 @@ An operator, attribute or attribute value a converter does not support raises
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

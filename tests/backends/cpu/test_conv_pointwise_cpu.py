@@ -3,7 +3,6 @@ expansions (other NHWC ones go to the tiles; NCHW ones to conv/planes.py,
 test_conv_planes_cpu.py), kernels stored input- or output-feature
 first, alone and with a fused epilogue, a result laid out differently from the product,
 against the interpreter on fresh random inputs; and what stays with the register tiles."""
-import numpy as np
 import pytest
 
 from pyxla.backends.cpu.conv import pointwise as conv_pointwise

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu.conv import tile_plan, tiles as conv_tiles, winograd as conv_winograd
+from pyxla.backends.cpu.conv import tile_plan
+from pyxla.backends.cpu.conv import tiles as conv_tiles
+from pyxla.backends.cpu.conv import winograd as conv_winograd
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 

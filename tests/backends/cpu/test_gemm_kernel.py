@@ -11,7 +11,8 @@ import pytest
 
 from pyxla.backends import get_backend
 from pyxla.backends.cpu import codegen
-from pyxla.backends.cpu.dot import tasks as dot_tasks, gemm as gemm_kernel
+from pyxla.backends.cpu.dot import gemm as gemm_kernel
+from pyxla.backends.cpu.dot import tasks as dot_tasks
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import parse_module
 

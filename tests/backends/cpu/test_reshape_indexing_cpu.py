@@ -57,7 +57,10 @@ def test_common_factors_examples(a, b, runs):
 
 def reshape_transpose(src, dst, perm):
     out = [dst[p] for p in perm]
-    dims = lambda t: ",".join(map(str, t))
+
+    def dims(t):
+        return ",".join(map(str, t))
+
     return f"""HloModule r
 fused {{
   p = f32[{dims(src)}] parameter(0)

@@ -4,8 +4,8 @@ and the kernels that keep the plain row-major loop."""
 import pytest
 
 from pyxla.backends.cpu import codegen
-from pyxla.hlo import parse_module
 from pyxla.backends.llvm.transpose_loops import crossed_dimensions
+from pyxla.hlo import parse_module
 
 from .differential import assert_cpu_matches_interpreter
 

@@ -38,17 +38,15 @@ from math import ceil, prod
 import llvmlite.ir as ir
 
 from ....hlo.instruction import HloInstruction
-from ....hlo.shape import ArrayShape
+from ....hlo.shape import ArrayShape, default_layout
+from ...llvm.indices import linear_index
+from ...llvm.ir_types import I1, I8, I64, PTR, alloca_in_entry, etype, fma_intrinsic, i64, splat
+from ...llvm.loops import for_range, stepped_loop
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from ..runtime.llvm_jit import host_jit
+from .geometry import ConvGeometry
 from .tile_plan import MIN_GROUP_FEATURES, minor_dimension
 from .tiles import EMITTERS, ConvolutionEmitter
-from .geometry import ConvGeometry
-from ...llvm.ir_types import alloca_in_entry, etype
-from ...llvm.indices import linear_index
-from ...llvm.ir_types import I1, I8, I64, PTR, fma_intrinsic, i64, splat
-from ..runtime.llvm_jit import host_jit
-from ...llvm.loops import for_range
-from ...llvm.loops import stepped_loop
 
 CHUNK_VECTORS = 4          # vectors of virtual positions per trip: independent chains of FMAs
 MAX_TAPS = 81              # window offsets unrolled in the inner loop (9x9)
@@ -219,12 +217,12 @@ class DepthwiseConvolution(ConvolutionEmitter):
         group, feature = (b.udiv(channel, i64(features)), b.urem(channel, i64(features))) \
             if features > 1 else (channel, i64(0))
         index = g.input_index(b, batch, b.add(first, group), feature, spatial)
-        return self.ke._load(self.lhs_ptr, self.lhs_shape, index)
+        return self.ke.load(self.lhs_ptr, self.lhs_shape, index)
 
     def _staged_offset(self, channel, phase: tuple, q: tuple) -> ir.Value:
         b, p = self.b, self.p
         flat = sum(ph * prod(p.phases[d + 1:]) for d, ph in enumerate(phase))
-        at = linear_index(b, tuple(q), p.phase_dims, tuple(range(len(q) - 1, -1, -1)))
+        at = linear_index(b, tuple(q), p.phase_dims, default_layout(len(q)))
         return b.add(b.mul(channel, i64(p.channel_elements)), b.add(i64(flat * prod(p.phase_dims)), at))
 
     def _stage_row(self, batch, first, channel, phase: tuple, lows: list, at: tuple, row: range, area) -> None:
@@ -356,7 +354,7 @@ class DepthwiseConvolution(ConvolutionEmitter):
                 ke.e.pop_scope()
             results.append((tuple(index), value))
         for index, value in results:
-            ke._store(out_ptr, out_shape, index, value)
+            ke.store(out_ptr, out_shape, index, value)
 
     def _virtual(self, at: tuple) -> ir.Value:
         b = self.b

@@ -25,8 +25,7 @@ from ....hlo.attributes import ConvDimensionNumbers, WindowDim
 from ....hlo.instruction import HloInstruction
 from ....hlo.types import ElementType
 from ...llvm.elemental import RULES, ElementalEmitter, convert
-from ...llvm.ir_types import alloca_in_entry, etype
-from ...llvm.ir_types import compute_type, i64
+from ...llvm.ir_types import alloca_in_entry, compute_type, etype, i64
 from ...llvm.loops import for_range
 from ..ops.windows import window_source
 
@@ -48,7 +47,7 @@ class ConvGeometry:
         return self.feature_groups * self.batch_groups
 
     @staticmethod
-    def of(conv: HloInstruction) -> "ConvGeometry":
+    def of(conv: HloInstruction) -> ConvGeometry:
         lhs, rhs = (op.shape for op in conv.operands)
         dn: ConvDimensionNumbers = conv.attrs["dim_labels"]
         fgc = conv.attrs.get("feature_group_count", 1)

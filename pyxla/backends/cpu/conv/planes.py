@@ -48,17 +48,16 @@ import numpy as np
 from ....hlo.attributes import features_first
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape
+from ...llvm.indices import linear_index
+from ...llvm.ir_types import I1, I64, PTR, alloca_in_entry, etype, fma_intrinsic, i64, prefetch, smin, splat
+from ...llvm.loops import stepped_loop
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from ..ops.windows import window_source
+from ..runtime.llvm_jit import host_jit
+from .geometry import ConvGeometry
 from .pointwise import pointwise, row_major_float, subsampled_input
 from .tile_plan import output_tiles_first, window_strides
 from .tiles import EMITTERS, ConvolutionEmitter
-from .geometry import ConvGeometry
-from ...llvm.ir_types import alloca_in_entry, etype
-from ...llvm.indices import linear_index
-from ...llvm.ir_types import I1, I64, PTR, fma_intrinsic, i64, prefetch, smin, splat
-from ..runtime.llvm_jit import host_jit
-from ...llvm.loops import stepped_loop
-from ..ops.windows import window_source
 
 # (features, vectors) of a tile by the host's vector width: 4 x 3 accumulators of AVX2's 16
 # registers, 8 x 3 of AVX-512's 32 (with a register per loaded vector and one broadcast);
@@ -232,8 +231,8 @@ class PlaneConvolution(ConvolutionEmitter):
         self._run_tasks(n_tasks, lambda index: self._block(index, feature_blocks, position_blocks, product,
                                                            epilogue if in_place else None))
         if not in_place:
-            ke.e.buffer_reads[id(self.conv)] = lambda index: ke._load(product, self.conv.shape, index)
-            ke._emit_loop(epilogue if epilogue is not None else self.conv)
+            ke.e.buffer_reads[id(self.conv)] = lambda index: ke.load(product, self.conv.shape, index)
+            ke.emit_loop(epilogue if epilogue is not None else self.conv)
 
     def _copy_windows(self) -> None:
         """The input under every window into kernel scratch as planes [image][row][position],
@@ -279,14 +278,14 @@ class PlaneConvolution(ConvolutionEmitter):
 
             def store_copy(x):
                 column = b.add(b.mul(x, i64(last.stride)), shift)
-                value = ke._load(source, shape, g.input_index(b, image, i64(0), feature, (*inside, column)))
+                value = ke.load(source, shape, g.input_index(b, image, i64(0), feature, (*inside, column)))
                 b.store(value, b.gep(row, [x], source_etype=self.st))
 
             stepped_loop(b, i64(0), begin, store_zero)
             stepped_loop(b, begin, end, store_copy)
             stepped_loop(b, end, i64(width), store_zero)
 
-        ke._loop_nest(extents[:-1], copy_row, staged.size)
+        ke.loop_nest(extents[:-1], copy_row, staged.size)
         self.lhs_ptr = ptr
 
     @staticmethod
@@ -382,7 +381,8 @@ class PlaneConvolution(ConvolutionEmitter):
                           first_position)
         out = b.gep(out_ptr, [out_first], source_etype=self.st)
         depth = smin(b, i64(p.chunk), b.sub(i64(self.depth), first_input))
-        b.call(self._tile_function(features, positions, w_o, TILED_PREFETCH_AHEAD if self.tiled_weights else PREFETCH_AHEAD),
+        b.call(self._tile_function(features, positions, w_o,
+                                   TILED_PREFETCH_AHEAD if self.tiled_weights else PREFETCH_AHEAD),
                [x, w, out, depth, b.icmp_unsigned("!=", chunk, i64(0)), plane, i64(w_c)])
 
     def _tile_function(self, features: int, positions: int, w_o: int, ahead: int) -> ir.Function:
@@ -424,12 +424,14 @@ class PlaneConvolution(ConvolutionEmitter):
 
         def step(c):
             row = b.gep(x, [b.mul(c, plane)], source_etype=self.st)
-            xs = [self._load(b, b.gep(row, [i64(v * p.lanes)], source_etype=self.st), mask if v == vectors - 1 else None)
+            xs = [self._load(b, b.gep(row, [i64(v * p.lanes)], source_etype=self.st),
+                             mask if v == vectors - 1 else None)
                   for v in range(vectors)]
             weights = b.gep(w, [b.mul(c, w_c)], source_etype=self.st)
             prefetch(b, b.gep(weights, [b.mul(w_c, i64(ahead))], source_etype=self.st))
             for k, slots in enumerate(sums):
-                weight = splat(b, self.vector, b.load(b.gep(weights, [i64(k * w_o)], source_etype=self.st), typ=self.st))
+                weight = splat(b, self.vector,
+                               b.load(b.gep(weights, [i64(k * w_o)], source_etype=self.st), typ=self.st))
                 for xv, slot in zip(xs, slots):
                     b.store(b.call(fma, [weight, xv, b.load(slot)]), slot)
 
@@ -485,9 +487,9 @@ class PlaneConvolution(ConvolutionEmitter):
                 index[d] = i
             index = tuple(index)
             ke.e.push_scope()
-            product = ke._load(out_ptr, shape, index)
+            product = ke.load(out_ptr, shape, index)
             ke.e.buffer_reads[id(self.conv)] = lambda _index, value=product: value
-            ke._store(out_ptr, shape, index, ke.e.value(epilogue, index))
+            ke.store(out_ptr, shape, index, ke.e.value(epilogue, index))
             ke.e.pop_scope()
 
         stepped_loop(b, first_feature, end_feature, lambda feature: stepped_loop(

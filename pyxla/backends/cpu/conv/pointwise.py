@@ -21,17 +21,15 @@ from math import prod
 
 from ....hlo.attributes import features_first
 from ....hlo.instruction import HloInstruction
-from ....hlo.shape import ArrayShape
-from ..codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from .tiles import EMITTERS, conv_operand
-from .geometry import ConvGeometry
-from ..dot.tasks import emit_dot_tasks
+from ....hlo.shape import ArrayShape, default_layout
 from ...llvm.indices import delinearize
-from ...llvm.ir_types import etype
+from ...llvm.ir_types import etype, i64
+from ..codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from ..dot.gemv import emit_gemv
-from ...llvm.ir_types import i64
+from ..dot.tasks import emit_dot_tasks
 from ..runtime.parallel import worker_pool
-
+from .geometry import ConvGeometry
+from .tiles import EMITTERS, conv_operand
 
 # NHWC convolutions go to the register tiles (conv/tiles.py), which read a constant kernel
 # in panel order and scale across threads where this GEMM packs the kernel on every call
@@ -111,7 +109,7 @@ class PointwiseGemm:
             index = [None] * conv.shape.rank
             index[dn.output_batch] = i64(0)
             index[dn.output_feature] = feature
-            at = delinearize(ke.b, position, spatial, tuple(range(len(spatial) - 1, -1, -1))) if spatial else ()
+            at = delinearize(ke.b, position, spatial, default_layout(len(spatial))) if spatial else ()
             for d, v in zip(dn.output_spatial, at):
                 index[d] = v
             return tuple(index)
@@ -119,9 +117,9 @@ class PointwiseGemm:
         def apply(prefix, i, j):   # the epilogue of one element, in place over the product
             index = conv_index(i, j)
             ke.e.push_scope()
-            product = ke._load(out_ptr, out_shape, index)
+            product = ke.load(out_ptr, out_shape, index)
             ke.e.buffer_reads[id(conv)] = lambda _index, value=product: value
-            ke._store(out_ptr, out_shape, index, ke.e.value(epilogue, index))
+            ke.store(out_ptr, out_shape, index, ke.e.value(epilogue, index))
             ke.e.pop_scope()
 
         # The product lands in the output itself when that is laid out as the convolution's
@@ -135,10 +133,11 @@ class PointwiseGemm:
                       if epilogue is not None and in_place else None)
         else:
             emit_dot_tasks(ke, etype(conv).name, product_ptr, a, b, (), m, n, features, a_t, b_t,
-                           worker_pool().threads * TASKS_PER_THREAD, apply if epilogue is not None and in_place else None)
+                           worker_pool().threads * TASKS_PER_THREAD,
+                           apply if epilogue is not None and in_place else None)
         if not in_place:
-            ke.e.buffer_reads[id(conv)] = lambda index: ke._load(product_ptr, conv.shape, index)
-            ke._emit_loop(epilogue if epilogue is not None else conv)
+            ke.e.buffer_reads[id(conv)] = lambda index: ke.load(product_ptr, conv.shape, index)
+            ke.emit_loop(epilogue if epilogue is not None else conv)
 
 
 def subsampled_input(ke, conv: HloInstruction, x_ptr, x_shape: ArrayShape):
@@ -157,9 +156,9 @@ def subsampled_input(ke, conv: HloInstruction, x_ptr, x_shape: ArrayShape):
         source = list(index)
         for d, w in zip(dn.input_spatial, g.window):
             source[d] = ke.b.mul(index[d], i64(w.stride)) if w.stride != 1 else index[d]
-        ke._store(ptr, shape, index, ke._load(x_ptr, x_shape, tuple(source)))
+        ke.store(ptr, shape, index, ke.load(x_ptr, x_shape, tuple(source)))
 
-    ke._loop_nest(list(dims), copy, shape.size)
+    ke.loop_nest(list(dims), copy, shape.size)
     return ptr, shape
 
 

@@ -150,10 +150,12 @@ def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, p
     positions = _tile_positions(g, total, vector_bytes, panel_ordered)
     taps = prod(w.size for w in g.window)
     depth = taps * g.input_features
-    pack = not panel_ordered and (group_columns != g.group_features or not minor_dimension(rhs, g.dn.kernel_output_feature))
+    pack = not panel_ordered and (group_columns != g.group_features
+                                  or not minor_dimension(rhs, g.dn.kernel_output_feature))
     stage = not minor_dimension(lhs, g.dn.input_feature) or \
         any(w.pad_low > 0 or w.pad_high > 0 or w.lhs_dilate != 1 for w in g.window)
-    input_spatial = tuple((n - 1) * w.lhs_dilate + 1 + w.pad_low + w.pad_high for n, w in zip(g.input_spatial, g.window)) \
+    input_spatial = tuple((n - 1) * w.lhs_dilate + 1 + w.pad_low + w.pad_high
+                          for n, w in zip(g.input_spatial, g.window)) \
         if stage else g.input_spatial
     run_taps = _run_taps(g, lhs, rhs, stage, pack or panel_ordered)
 

@@ -52,18 +52,26 @@ import llvmlite.ir as ir
 from ....fusion.buffer_assignment import read_elementwise
 from ....hlo.attributes import WindowDim, features_first
 from ....hlo.instruction import HloInstruction
-from ....hlo.shape import ArrayShape
-from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS
+from ....hlo.shape import ArrayShape, default_layout
+from ...llvm.indices import delinearize, linear_index
+from ...llvm.ir_types import (
+    PTR,
+    alloca_in_entry,
+    etype,
+    fma_intrinsic,
+    i64,
+    prefetch,
+    smin,
+    splat,
+    storage_type,
+    transpose_square,
+)
+from ...llvm.loops import for_range, stepped_loop
+from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS, kernel_root
+from ..ops.windows import window_source
+from ..runtime.parallel import emit_parallel_tasks, worker_pool
 from .geometry import ConvGeometry
 from .tile_plan import KernelPanels, fits, minor_dimension, panel_layout, plan, window_strides
-from ...llvm.ir_types import alloca_in_entry, etype
-from ...llvm.indices import delinearize, linear_index
-from ...llvm.ir_types import PTR, fma_intrinsic, i64, prefetch, smin, splat, storage_type, transpose_square
-from ...llvm.loops import for_range
-from ..runtime.parallel import emit_parallel_tasks, worker_pool
-from ...llvm.loops import stepped_loop
-from ..codegen import kernel_root
-from ..ops.windows import window_source
 
 UNROLL = 1                 # input features per trip of the inner loop: LLVM unrolls it as it sees
                            # fit; 4 by hand made machine code 25% slower to build and no faster run
@@ -98,7 +106,7 @@ def emit_convolution(ke) -> None:
     conv = kernel_root(ke)
     emitter = _emitter(ke, conv)
     if emitter is None:
-        return ke._emit_loop(conv)
+        return ke.emit_loop(conv)
     emitter.emit(ke.out_ptr, ke.instr.shape, None)
 
 
@@ -110,7 +118,7 @@ def emit_conv_output_fusion(ke) -> None:
     root = kernel_root(ke)
     emitter = _emitter(ke, conv)
     if emitter is None:
-        return ke._emit_loop(root)
+        return ke.emit_loop(root)
     if read_elementwise(conv, root):
         return emitter.emit(ke.out_ptr, ke.instr.shape, root)
     if isinstance(emitter, TiledConvolution) and _padding_root(root) and read_elementwise(conv, root.operands[0], root):
@@ -122,8 +130,8 @@ def emit_conv_output_fusion(ke) -> None:
         return emitter.emit(ke.out_ptr, ke.instr.shape, root.operands[0])
     result = ke.reserve_scratch(conv.shape.size * etype(conv).bytes)
     emitter.emit(result, conv.shape, None)
-    ke.e.buffer_reads[id(conv)] = lambda index: ke._load(result, conv.shape, index)
-    ke._emit_loop(root)
+    ke.e.buffer_reads[id(conv)] = lambda index: ke.load(result, conv.shape, index)
+    ke.emit_loop(root)
 
 
 def _padding_root(root: HloInstruction) -> bool:
@@ -146,8 +154,9 @@ def _fill_border(ke, pad: HloInstruction, lows: tuple[int, ...]) -> None:
                 continue
             extents = [inner[k] if k < d else count if k == d else shape.dims[k] for k in range(shape.rank)]
             offsets = [lows[k] if k < d else start if k == d else 0 for k in range(shape.rank)]
-            ke._loop_nest(extents, lambda i, offsets=offsets: ke._store(
-                ke.out_ptr, shape, tuple(b.add(x, i64(o)) if o else x for x, o in zip(i, offsets)), value), prod(extents))
+            ke.loop_nest(extents, lambda i, offsets=offsets: ke.store(
+                ke.out_ptr, shape, tuple(b.add(x, i64(o)) if o else x for x, o in zip(i, offsets)),
+                value), prod(extents))
 
 
 def _emitter(ke, conv: HloInstruction):
@@ -226,7 +235,8 @@ class TiledConvolution(ConvolutionEmitter):
             self._stage_input()
         if p.pack_kernel:
             self._pack_kernel()
-        self._run_tasks(p.position_blocks * p.panel_blocks, lambda index: self._block(index, out_ptr, out_shape, epilogue))
+        self._run_tasks(p.position_blocks * p.panel_blocks,
+                        lambda index: self._block(index, out_ptr, out_shape, epilogue))
 
     def _stage_input(self) -> None:
         """Copy the input into scratch as it is read: features minor-most (after batch and the
@@ -279,14 +289,14 @@ class TiledConvolution(ConvolutionEmitter):
 
         def zero_rows(first: int, count: int):
             if count:
-                ke._loop_nest([g.batch, count * row_elements], lambda i: b.store(
+                ke.loop_nest([g.batch, count * row_elements], lambda i: b.store(
                     ir.Constant(self.st, 0.0), b.gep(ptr, [b.add(b.mul(i[0], i64(rows * row_elements)),
                                                                  b.add(i64(first * row_elements), i[1]))],
                                                      source_etype=self.st)), g.batch * count * row_elements)
 
         def zero_columns(first: int, count: int):
             if count:
-                ke._loop_nest([g.batch, height, count * features], lambda i: b.store(
+                ke.loop_nest([g.batch, height, count * features], lambda i: b.store(
                     ir.Constant(self.st, 0.0), b.gep(at(i[0], b.add(i[1], i64(top)), i64(first), i64(0)), [i[2]],
                                                      source_etype=self.st)), g.batch * height * count * features)
 
@@ -311,7 +321,7 @@ class TiledConvolution(ConvolutionEmitter):
                 b.store(value, at(image, b.add(y, i64(top)), b.add(x0, i64(left + k)), c0)).align = self.t.bytes
 
         extents = [g.batch, height, ceil(width / n), ceil(features / n)]
-        ke._loop_nest(extents, block, g.batch * height * width * features)
+        ke.loop_nest(extents, block, g.batch * height * width * features)
 
     def _stage_by_elements(self, ptr, staged: ArrayShape, order: list) -> None:
         """The general copy (any layout, base dilation, cropping), element by element."""
@@ -330,14 +340,14 @@ class TiledConvolution(ConvolutionEmitter):
             valid, inside = window_source(b, at, (i64(0),) * len(at), holes, g.input_spatial)
             for d, i in zip(dn.input_spatial, inside):
                 index[d] = i
-            value = ke._load(source, shape, tuple(index))
+            value = ke.load(source, shape, tuple(index))
             if valid is not None:
                 value = b.select(valid, value, ir.Constant(self.st, 0.0))
             for d, i in zip(dn.input_spatial, at):
                 index[d] = i
-            ke._store(ptr, staged, tuple(index), value)
+            ke.store(ptr, staged, tuple(index), value)
 
-        ke._loop_nest([dims[d] for d in order], copy, staged.size)
+        ke.loop_nest([dims[d] for d in order], copy, staged.size)
 
     def _pack_kernel(self) -> None:
         """packed[tap][input feature][group][output feature of the group, zero padded]."""
@@ -349,20 +359,20 @@ class TiledConvolution(ConvolutionEmitter):
 
         def pack(loop):
             offsets, feature, group, column = loop[:-3], loop[-3], loop[-2], loop[-1]
-            at = b.gep(ptr, [linear_index(b, loop, tuple(extents), tuple(range(len(extents) - 1, -1, -1)))],
+            at = b.gep(ptr, [linear_index(b, loop, tuple(extents), default_layout(len(extents)))],
                        source_etype=self.st)
             out_feature = b.add(b.mul(group, i64(g.group_features)), column)
             if p.group_columns == g.group_features:
-                b.store(ke._load(source, shape, g.kernel_index(b, out_feature, feature, offsets)), at)
+                b.store(ke.load(source, shape, g.kernel_index(b, out_feature, feature, offsets)), at)
                 return
             inside = b.icmp_unsigned("<", column, i64(g.group_features))
             with b.if_else(inside) as (then, otherwise):
                 with then:
-                    b.store(ke._load(source, shape, g.kernel_index(b, out_feature, feature, offsets)), at)
+                    b.store(ke.load(source, shape, g.kernel_index(b, out_feature, feature, offsets)), at)
                 with otherwise:
                     b.store(ir.Constant(self.st, 0.0), at)
 
-        ke._loop_nest(extents, pack, prod(extents))
+        ke.loop_nest(extents, pack, prod(extents))
         # the packed kernel, described as a kernel array (window reversal done) with the
         # output features of every group padded, laid out tap, input feature, output feature
         dn = g.dn
@@ -465,7 +475,8 @@ class TiledConvolution(ConvolutionEmitter):
         accumulators = [[alloca_in_entry(b, self.vector) for _ in range(p.vectors)] for _ in range(p.positions)]
         row0 = b.add(b.sub(start, first), i64(p.positions))
         col0 = b.mul(b.sub(q, first_panel), i64(p.panel_columns))
-        in_block = [[b.gep(block, [b.add(b.add(b.mul(b.add(row0, i64(r)), i64(p.block_columns)), col0), i64(v * p.lanes))],
+        in_block = [[b.gep(block, [b.add(b.add(b.mul(b.add(row0, i64(r)), i64(p.block_columns)), col0),
+                                         i64(v * p.lanes))],
                            source_etype=self.st) for v in range(p.vectors)] for r in range(p.positions)]
         zero = ir.Constant(self.vector, None)
         later_slice = b.icmp_unsigned("!=", depth_slice, i64(0)) if depth_slice is not None else None
@@ -490,7 +501,7 @@ class TiledConvolution(ConvolutionEmitter):
         of the tap and the tile's panel."""
         b, g, p = self.b, self.g, self.p
         sizes = self.outer_tap_sizes
-        offsets = delinearize(b, t, sizes, tuple(range(len(sizes) - 1, -1, -1)))
+        offsets = delinearize(b, t, sizes, default_layout(len(sizes)))
         in_strides = window_strides(self.lhs_shape)
         shift = i64(0)
         for k, w, d in zip(offsets, g.window, g.dn.input_spatial):
@@ -500,7 +511,7 @@ class TiledConvolution(ConvolutionEmitter):
         inputs = [(b.gep(pixel, [shift], source_etype=self.st), offset) for pixel, offset in pixels]
         if p.panel_ordered:
             windows = tuple(w.size for w in g.window)
-            tap_index = linear_index(b, offsets, windows, tuple(range(len(windows) - 1, -1, -1))) \
+            tap_index = linear_index(b, offsets, windows, default_layout(len(windows))) \
                 if windows else i64(0)
             kernel = b.gep(self.rhs_ptr, [b.add(b.mul(q, i64(p.taps * g.input_features * p.panel_columns)),
                                                 b.mul(tap_index, i64(g.input_features * p.panel_columns)))],
@@ -546,7 +557,7 @@ class TiledConvolution(ConvolutionEmitter):
     def _position(self, position: ir.Value) -> tuple[ir.Value, tuple]:
         """(output batch element, output spatial index) of a position."""
         dims = (self.g.batch, *self.g.output_spatial)
-        index = delinearize(self.b, position, dims, tuple(range(len(dims) - 1, -1, -1)))
+        index = delinearize(self.b, position, dims, default_layout(len(dims)))
         return index[0], tuple(index[1:])
 
     def _pixel(self, position: ir.Value, group) -> ir.Value:
@@ -663,10 +674,10 @@ class TiledConvolution(ConvolutionEmitter):
         if self.origin is not None:
             index = [b.add(i, i64(o)) if o else i for i, o in zip(index, self.origin)]
         if p.group_columns == g.group_features:
-            ke._store(out_ptr, out_shape, tuple(index), value)
+            ke.store(out_ptr, out_shape, tuple(index), value)
         else:   # the padding of a group's last panel
             with b.if_then(b.icmp_unsigned("<", feature, i64(g.group_features))):
-                ke._store(out_ptr, out_shape, tuple(index), value)
+                ke.store(out_ptr, out_shape, tuple(index), value)
 
     def _by_rows(self, first, end, body) -> None:
         """body(first position of the row, (batch element, spatial index but the last), first
@@ -678,7 +689,7 @@ class TiledConvolution(ConvolutionEmitter):
 
         def run(r):
             start = b.mul(r, i64(width))
-            index = delinearize(b, r, outer, tuple(range(len(outer) - 1, -1, -1)))
+            index = delinearize(b, r, outer, default_layout(len(outer)))
             begin = b.sub(b.select(b.icmp_signed(">", first, start), first, start), start)
             stop = b.sub(smin(b, end, b.add(start, i64(width))), start)
             body(start, (index[0], tuple(index[1:])), begin, stop)

@@ -42,16 +42,14 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ....hlo.instruction import HloInstruction
+from ...llvm.ir_types import alloca_in_entry, etype, i64, smin
+from ...llvm.loops import for_range, stepped_loop
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
+from ..runtime.llvm_jit import host_jit
+from .geometry import ConvGeometry
 from .tile_plan import TILE_OVERHEAD, output_tiles_first, panel_layout, window_strides
 from .tile_plan import fits as tiles_fit
 from .tiles import EMITTERS, TiledConvolution
-from .geometry import ConvGeometry
-from ...llvm.ir_types import alloca_in_entry, etype
-from ...llvm.ir_types import i64, smin
-from ..runtime.llvm_jit import host_jit
-from ...llvm.loops import for_range
-from ...llvm.loops import stepped_loop
 
 
 @dataclass(frozen=True)
@@ -244,16 +242,17 @@ class WinogradConvolution(TiledConvolution):
             out_feature = b.add(b.mul(q, i64(p.panel_columns)), lane)
             inside = b.icmp_unsigned("<", out_feature, i64(g.group_features))
             feature_of = smin(b, out_feature, i64(g.group_features - 1))   # (a padded lane reads a real one)
-            taps = [[b.select(inside, ke._load(source, shape, g.kernel_index(b, feature_of, feature, (i64(i), i64(j)))),
+            taps = [[b.select(inside, ke.load(source, shape, g.kernel_index(b, feature_of, feature, (i64(i), i64(j)))),
                               zero) for j in range(3)] for i in range(3)]
             values = _two_sided(b, self.f.kernel, taps)
             for a in range(self.f.patch):
                 for c in range(self.f.patch):
-                    at = b.add(b.mul(b.add(b.mul(q, i64(self.f.points)), i64(a * self.f.patch + c)), i64(g.input_features * p.panel_columns)),
+                    at = b.add(b.mul(b.add(b.mul(q, i64(self.f.points)), i64(a * self.f.patch + c)),
+                                     i64(g.input_features * p.panel_columns)),
                                b.add(b.mul(feature, i64(p.panel_columns)), lane))
                     b.store(values[a][c], b.gep(ptr, [at], source_etype=self.st))
 
-        ke._loop_nest(list(extents), transform, self.f.points * 9 * p.panels * g.input_features * p.panel_columns)
+        ke.loop_nest(list(extents), transform, self.f.points * 9 * p.panels * g.input_features * p.panel_columns)
         self.rhs_ptr = ptr
 
     # --- one task ---------------------------------------------------------------------------------

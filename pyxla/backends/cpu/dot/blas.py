@@ -3,7 +3,7 @@ generated code calls directly (column-major Fortran convention, every argument b
 from __future__ import annotations
 
 import ctypes
-from functools import lru_cache
+from functools import cache
 
 import llvmlite.ir as ir
 
@@ -18,7 +18,7 @@ _get_pointer.restype = ctypes.c_void_p
 _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-@lru_cache(maxsize=None)
+@cache
 def gemm_address(dtype_name: str) -> int:
     from scipy.linalg import cython_blas
     capsule = cython_blas.__pyx_capi__[{"f32": "sgemm", "f64": "dgemm"}[dtype_name]]

@@ -27,23 +27,24 @@ computes one product on the calling thread:
                 for each panel of B, for each panel of A: the micro-kernel
 
 The micro-kernel keeps an MR x NR tile of C in 2 * MR vector registers (6 x 16 floats in
-12 AVX2 registers, 8 x 32 in 16 AVX-512 registers), and per k broadcasts MR values of A against two vectors of B. Its first
-slice starts from zero, later slices from the tile stored by the one before (a float is
-stored and loaded exactly, so slicing K does not change the sums). An edge tile runs the
-same micro-kernel on a copy in a full-size tile buffer. Packing reads A and B through
-(row stride, column stride), so transposed and strided operands cost no copy beyond it.
+12 AVX2 registers, 8 x 32 in 16 AVX-512 registers), and per k broadcasts MR values of A
+against two vectors of B. Its first slice starts from zero, later slices from the tile
+stored by the one before (a float is stored and loaded exactly, so slicing K does not
+change the sums). An edge tile runs the same micro-kernel on a copy in a full-size tile
+buffer. Packing reads A and B through (row stride, column stride), so transposed and
+strided operands cost no copy beyond it.
 `ws` is the caller's workspace of workspace_bytes(...) bytes, 64-byte aligned.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import llvmlite.ir as ir
 
 from ...llvm.ir_types import F32, F64, I1, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, smin, splat
-from ..runtime.llvm_jit import host_jit
 from ...llvm.loops import counted_loop
+from ..runtime.llvm_jit import host_jit
 
 NC = 1024                  # columns of B packed at once: KC x NC floats, in L3
 
@@ -348,7 +349,7 @@ def gemm_address(dtype_name: str) -> int:
     return _kernel_address(dtype_name, host_jit().vector_bytes)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _kernel_address(dtype_name: str, vector_bytes: int) -> int:
     jit = host_jit()
     module = _GemmIr(dtype_name, jit.target_machine.triple)

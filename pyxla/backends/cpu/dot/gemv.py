@@ -58,14 +58,13 @@ layer follows a small kernel and takes 0.3 ms).
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import llvmlite.ir as ir
 
-from ...llvm.ir_types import alloca_in_entry
-from ...llvm.ir_types import F32, F64, I32, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, splat
-from ..runtime.llvm_jit import host_jit
+from ...llvm.ir_types import F32, F64, I32, I64, PTR, VOID, FunctionPointer, alloca_in_entry, fma_intrinsic, i64, splat
 from ...llvm.loops import counted_loop
+from ..runtime.llvm_jit import host_jit
 
 # One thread, 1x9216x4096 f32 from L3, GB/s: rows kernel 1 / 2 / 4 / 8 rows at once 17 / 20 /
 # 23 / 23; dots kernel rows x accumulators 1x4 / 2x2 / 4x1 / 4x2 / 8x1 16 / 21 / 24 / 24 / 24.
@@ -216,7 +215,7 @@ def gemv_address(dtype_name: str, transposed: bool) -> int:
     return _kernel_addresses(dtype_name, host_jit().vector_bytes)[1 if transposed else 0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _kernel_addresses(dtype_name: str, vector_bytes: int) -> tuple[int, int]:
     jit = host_jit()
     module = _GemvIr(dtype_name, vector_bytes, jit.target_machine.triple)

@@ -28,10 +28,6 @@ class GemmPlan:
         return prod(self.batch_dims)
 
 
-def _row_major(shape: ArrayShape) -> bool:
-    return shape.minor_to_major == tuple(range(shape.rank - 1, -1, -1))
-
-
 def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | None:
     """The plan of the dot `root` computes (itself, or the dot inside its fusion `fused`,
     whose operands must then be the fusion's parameters), writing `result`; None when the
@@ -54,7 +50,7 @@ def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | Non
     if len(a.get("lhs_contracting_dims", ())) != 1 or len(a.get("rhs_contracting_dims", ())) != 1:
         return None
     lshape, rshape, oshape = lhs.shape, rhs.shape, dot.shape
-    if not all(_row_major(s) for s in (lshape, rshape, oshape, result)) or oshape.dims != result.dims:
+    if not all(s.is_row_major for s in (lshape, rshape, oshape, result)) or oshape.dims != result.dims:
         return None
     lc, rc = a["lhs_contracting_dims"][0], a["rhs_contracting_dims"][0]
     k = lshape.dims[lc]

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
+from ....hlo.shape import default_layout
 from ...llvm.indices import delinearize
-from .gemm import emit_own_gemm, tiling, workspace_bytes
 from ...llvm.ir_types import I8, i64, smin
 from ...llvm.loops import counted_loop
+from .gemm import emit_own_gemm, tiling, workspace_bytes
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
         c = offset(out_ptr, b.add(b.mul(p, i64(m * n)), b.add(b.mul(i0, i64(n)), j0)))
         emit_own_gemm(b, dtype_name, c, a, bm, rows, columns, k, (a_rs, a_cs, b_rs, b_cs), n, ws)
         if epilogue is not None:
-            prefix = delinearize(b, p, batch_dims, tuple(range(len(batch_dims) - 1, -1, -1)))
+            prefix = delinearize(b, p, batch_dims, default_layout(len(batch_dims)))
             counted_loop(b, i0, b.add(i0, rows), lambda i: counted_loop(
                 b, j0, b.add(j0, columns), lambda j: epilogue(prefix, i, j)))
 

@@ -30,12 +30,10 @@ from __future__ import annotations
 
 from ....fusion.buffer_assignment import read_elementwise
 from ....hlo.instruction import HloInstruction
-from ....hlo.shape import ArrayShape
-from ...llvm.ir_types import etype
+from ....hlo.shape import ArrayShape, default_layout
 from ...llvm.indices import linear_index
-from ...llvm.ir_types import I8, i64
+from ...llvm.ir_types import I8, etype, i64
 from ...llvm.loops import counted_loop, for_range
-
 
 MAX_COMPUTED_PARTS = 8   # operands computed in the kernel each get a loop of their own: a few at most
 
@@ -77,20 +75,20 @@ def emit_concatenated_rows(ke, root: HloInstruction, concat: HloInstruction) -> 
         """The row at `prefix` (its index up to the axis), the concatenate read by read(index)."""
         def element(index):
             ke.e.buffer_reads[id(concat)] = lambda _index: read(tuple(index))
-            ke._store_root(root, shape, tuple(prefix) + tuple(index))
+            ke.store_root(root, shape, tuple(prefix) + tuple(index))
             del ke.e.buffer_reads[id(concat)]
         for_range(b, list(inner), element)
 
     def buffer_rows(prefix):   # every operand a buffer: the row's start chosen by selects
         at = prefix[axis]
-        outer_flat = linear_index(b, prefix[:axis], outer, tuple(range(axis - 1, -1, -1))) if outer else i64(0)
+        outer_flat = linear_index(b, prefix[:axis], outer, default_layout(axis)) if outer else i64(0)
         start = None
         for first, extent, op in parts:
             local = b.add(b.mul(outer_flat, i64(extent)), b.sub(at, i64(first)))
-            here = b.gep(ke._operand_pointer(op), [b.mul(local, i64(row_shape.size * etype(concat).bytes))],
+            here = b.gep(ke.operand_pointer(op), [b.mul(local, i64(row_shape.size * etype(concat).bytes))],
                          source_etype=I8)
             start = here if start is None else b.select(b.icmp_signed(">=", at, i64(first)), here, start)
-        row_of(prefix, lambda index: ke._load(start, row_shape, index))
+        row_of(prefix, lambda index: ke.load(start, row_shape, index))
 
     def computed_rows(prefix):   # a few operands, some computed here: a loop for each
         at = prefix[axis]
@@ -105,7 +103,7 @@ def emit_concatenated_rows(ke, root: HloInstruction, concat: HloInstruction) -> 
         (The runs' loops are not unrolled: DenseNet-121's 512-feature runs, vectorised and
         then unrolled, were 1-2 thousand lines of IR each; LLVM time 5.6 -> 5.1 s.)"""
         ke.e.buffer_reads[id(concat)] = lambda _index: read()
-        ke._store_root(root, shape, tuple(prefix) + (b.add(j, first),))
+        ke.store_root(root, shape, tuple(prefix) + (b.add(j, first),))
         del ke.e.buffer_reads[id(concat)]
 
     def computed_runs(prefix):   # a few operands, some computed here: a loop for each
@@ -116,28 +114,28 @@ def emit_concatenated_rows(ke, root: HloInstruction, concat: HloInstruction) -> 
     def buffer_runs(prefix):
         """Every operand a buffer: per stretch of consecutive runs of one length, a loop over
         its runs, each run's buffer selected among the stretch's."""
-        pixel = linear_index(b, prefix, outer, tuple(range(axis - 1, -1, -1))) if outer else i64(0)
+        pixel = linear_index(b, prefix, outer, default_layout(axis)) if outer else i64(0)
         for first, extent, ops in _equal_runs(parts):
             def member(i, first=first, extent=extent, ops=ops):
-                base = ke._operand_pointer(ops[0])
+                base = ke.operand_pointer(ops[0])
                 for m, op in enumerate(ops[1:], 1):
-                    base = b.select(b.icmp_unsigned(">=", i, i64(m)), ke._operand_pointer(op), base)
+                    base = b.select(b.icmp_unsigned(">=", i, i64(m)), ke.operand_pointer(op), base)
                 start = b.gep(base, [b.mul(pixel, i64(extent * etype(concat).bytes))], source_etype=I8)
                 run_shape = ArrayShape(concat.shape.dtype, (extent,))
                 counted_loop(b, i64(0), i64(extent), lambda j: run(
-                    prefix, b.add(i64(first), b.mul(i, i64(extent))), j, lambda: ke._load(start, run_shape, (j,))),
+                    prefix, b.add(i64(first), b.mul(i, i64(extent))), j, lambda: ke.load(start, run_shape, (j,))),
                     unrolled=False)
             if len(ops) == 1:
                 member(i64(0))
             else:
                 counted_loop(b, i64(0), i64(len(ops)), member)
 
-    work = shape.size * ke._element_cost()
+    work = shape.size * ke.element_cost()
     if axis == shape.rank - 1:
         runs = buffer_runs if all(op.opcode == "parameter" for _, _, op in parts) else computed_runs
-        return ke._loop_nest(list(shape.dims[:axis]), runs, work)
+        return ke.loop_nest(list(shape.dims[:axis]), runs, work)
     rows = buffer_rows if all(op.opcode == "parameter" for _, _, op in parts) else computed_rows
-    ke._loop_nest(list(shape.dims[:axis + 1]), rows, work)
+    ke.loop_nest(list(shape.dims[:axis + 1]), rows, work)
 
 
 def _equal_runs(parts) -> list[tuple[int, int, list]]:

@@ -25,14 +25,12 @@ from ....hlo.instruction import HloInstruction
 from ....hlo.ops.indexing import IndexingDims, _gather_dims, _scatter_dims, _scatter_groups
 from ....hlo.shape import ArrayShape
 from ....hlo.types import ElementType
-from ..codegen import KERNELS, tuple_element_offsets
-from ..control_flow import copy_array, value_leaves
 from ...llvm.elemental import RULES, ElementalEmitter, Unsupported, clamp_index
-from ...llvm.ir_types import etype
-from ...llvm.ir_types import I1, I64, i64
+from ...llvm.ir_types import I1, I64, etype, i64
 from ...llvm.loops import for_range
+from ..codegen import KERNELS, kernel_root, output_pointers, tuple_element_offsets
+from ..control_flow import copy_array, value_leaves
 from .sorting import CUSTOM_CALL_KERNELS
-from ..codegen import kernel_root, output_pointers
 
 INT64_MAX = (1 << 63) - 1
 
@@ -166,12 +164,12 @@ def copy_into(ke, value: HloInstruction, ptr: ir.Value, shape: ArrayShape, out_o
     source = _outside_value(ke, value)
     if source is not None:
         if not _in_place(ke, source, out_offset, shape):
-            copy_array(ke.b, ke.codegen.ir, ptr, shape, ke._operand_pointer(value), source.shape)
+            copy_array(ke.b, ke.codegen.ir, ptr, shape, ke.operand_pointer(value), source.shape)
         return
 
     def body(index):
         ke.e.push_scope()
-        ke._store(ptr, shape, index, ke.e.value(value, index))
+        ke.store(ptr, shape, index, ke.e.value(value, index))
         ke.e.pop_scope()
 
     for_range(ke.b, shape.dims, body)
@@ -191,7 +189,7 @@ def emit_dynamic_update_slice(ke) -> None:
     def body(index):
         e.push_scope()
         target = tuple(b.add(s, i) for s, i in zip(starts, index))
-        ke._store(ke.out_ptr, shape, target, e.value(update, index))
+        ke.store(ke.out_ptr, shape, target, e.value(update, index))
         e.pop_scope()
 
     for_range(b, update.shape.dims, body)
@@ -235,11 +233,11 @@ def emit_scatter(ke) -> None:
                 e.push_scope()
                 target = at_window(b, starts, w, window_operand_dims)
                 update_index = join_index(batch, w, dn.window_dims)
-                current = [ke._load(ptr, shape, target) for ptr, shape in zip(pointers, shapes)]
+                current = [ke.load(ptr, shape, target) for ptr, shape in zip(pointers, shapes)]
                 new = [e.value(u, update_index) for u in updates]
                 combined = e.scalar_computation(combiner, current + new)
                 for ptr, shape, value in zip(pointers, shapes, combined):
-                    ke._store(ptr, shape, target, value)
+                    ke.store(ptr, shape, target, value)
                 e.pop_scope()
 
             for_range(b, window_sizes, per_element)

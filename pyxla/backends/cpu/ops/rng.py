@@ -11,15 +11,20 @@ from math import prod
 
 import llvmlite.ir as ir
 
-from ....hlo.ops.rng import (PHILOX_MULTIPLIERS, PHILOX_WEYL, THREEFRY_PARITY, THREEFRY_ROTATIONS, _algorithm,
-    _threefry_split_dim)
-from ....hlo.shape import ArrayShape
-from ..codegen import KERNELS
+from ....hlo.ops.rng import (
+    PHILOX_MULTIPLIERS,
+    PHILOX_WEYL,
+    THREEFRY_PARITY,
+    THREEFRY_ROTATIONS,
+    _algorithm,
+    _threefry_split_dim,
+)
+from ....hlo.shape import ArrayShape, default_layout
 from ...llvm.elemental import Unsupported
 from ...llvm.indices import delinearize, linear_index
 from ...llvm.ir_types import I32, I64, i64, storage_type
 from ...llvm.loops import for_range
-from ..codegen import kernel_root, output_pointers
+from ..codegen import KERNELS, kernel_root, output_pointers
 
 
 def _u32(v: int) -> ir.Constant:
@@ -78,7 +83,7 @@ class _Writer:
 
     def __init__(self, ke, ptr: ir.Value, shape: ArrayShape):
         self.ke, self.ptr, self.shape = ke, ptr, shape
-        self.row_major = tuple(range(shape.rank - 1, -1, -1))
+        self.row_major = default_layout(shape.rank)
 
     def at_position(self, position: ir.Value, word: ir.Value) -> None:
         b = self.ke.b
@@ -88,7 +93,7 @@ class _Writer:
             self.at_index(delinearize(b, position, self.shape.dims, self.row_major), word)
 
     def at_index(self, index: tuple, word: ir.Value) -> None:
-        self.ke._store(self.ptr, self.shape, index, word)
+        self.ke.store(self.ptr, self.shape, index, word)
 
 
 def emit_rng_bit_generator(ke) -> None:
@@ -106,7 +111,7 @@ def emit_rng_bit_generator(ke) -> None:
     generate = _philox if name in ("rng_default", "rng_philox") else _threefry
     new_state = generate(b, state, bits_shape.dims, width, writer)
     for k, word in enumerate(new_state):
-        ke._store(state_ptr, state_shape, (i64(k),), word)
+        ke.store(state_ptr, state_shape, (i64(k),), word)
 
 
 def _philox(b: ir.IRBuilder, state: list, dims: tuple, width: int, writer: _Writer) -> list:
@@ -178,7 +183,7 @@ def _threefry(b: ir.IRBuilder, state: list, dims: tuple, width: int, writer: _Wr
 
 
 def _row_major_position(b: ir.IRBuilder, index: tuple, dims: tuple) -> ir.Value:
-    return linear_index(b, index, dims, tuple(range(len(dims) - 1, -1, -1)))
+    return linear_index(b, index, dims, default_layout(len(dims)))
 
 
 KERNELS["rng-bit-generator"] = emit_rng_bit_generator

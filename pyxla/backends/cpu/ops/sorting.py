@@ -18,17 +18,17 @@ whose bounds are known only at run time, short-circuit conditions).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import llvmlite.ir as ir
 
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape, TupleShape
 from ....hlo.types import S32, ElementType
-from ..codegen import KERNELS, kernel_root, output_pointers
 from ...llvm.elemental import Unsupported, total_order_key
 from ...llvm.ir_types import I8, I32, I64, i64, smin, storage_type, to_compute, to_storage
 from ...llvm.loops import for_range, short_circuit, stepped_loop, variable, while_loop
+from ..codegen import KERNELS, kernel_root, output_pointers
 
 INSERTION_RUN = 16          # rows are insertion-sorted in runs of this length before merging
 
@@ -227,7 +227,7 @@ def emit_sort(ke) -> None:
         def write(j):
             index = _with_position(row, dim, j[0])
             for (ptr, out_shape), value in zip(outputs, sorted_values(j[0])):
-                ke._store(ptr, out_shape, index, value)
+                ke.store(ptr, out_shape, index, value)
         for_range(b, [shape.dims[dim]], write)
 
     emit_row_sorts(ke, _other_dims(shape, dim), shape.dims[dim], [op.shape.dtype for op in operands],
@@ -253,7 +253,7 @@ def _emit_first_k(ke, operand: HloInstruction, less: Less) -> None:
         def write(j):
             index = _with_position(row, dim, j[0])
             for ptr, out_shape, value in zip(pointers, (values_shape, indices_shape), sorted_values(j[0])):
-                ke._store(ptr, out_shape, index, value)
+                ke.store(ptr, out_shape, index, value)
         for_range(b, [values_shape.dims[-1]], write)
 
     emit_row_sorts(ke, _other_dims(shape, dim), shape.dims[dim], [shape.dtype, S32], fill, less, write_row)

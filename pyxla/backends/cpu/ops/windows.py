@@ -20,16 +20,12 @@ import numpy as np
 from ....hlo.attributes import WindowDim
 from ....hlo.instruction import uniform_value
 from ....hlo.shape import TupleShape
-from ..codegen import KERNELS
 from ...llvm.elemental import RULES, ElementalEmitter, convert
-from ...llvm.ir_types import alloca_in_entry, etype
 from ...llvm.indices import linear_index
-from ...llvm.ir_types import I1, I64, compute_type, i64, storage_type
+from ...llvm.ir_types import I1, I64, alloca_in_entry, compute_type, etype, i64, storage_type
+from ...llvm.loops import counted_loop, for_range, short_circuit, stepped_loop
+from ..codegen import KERNELS, kernel_root, output_pointers
 from ..runtime.llvm_jit import host_jit
-from ...llvm.loops import counted_loop, for_range
-from ...llvm.loops import stepped_loop
-from ..codegen import kernel_root, output_pointers
-from ...llvm.loops import short_circuit
 
 
 def window_source(b: ir.IRBuilder, outputs: tuple, offsets: tuple, window, sizes: tuple,
@@ -198,7 +194,7 @@ def _emit_rows(ke, root, interior: tuple[int, int]) -> None:
     def positions(prefix, begin: int, end: int, inside: frozenset) -> None:
         def one(i):
             ke.e.window_inside[id(root)] = inside
-            ke._store_root(root, shape, tuple(prefix) + (i,))
+            ke.store_root(root, shape, tuple(prefix) + (i,))
             ke.e.window_inside.pop(id(root))
         if end > begin:
             counted_loop(b, i64(begin), i64(end), one)
@@ -213,7 +209,7 @@ def _emit_rows(ke, root, interior: tuple[int, int]) -> None:
         positions(prefix, middle, hi, frozenset({shape.rank - 1}))
         positions(prefix, hi, shape.dims[-1], frozenset())
 
-    ke._loop_nest(shape.dims[:-1], row, shape.size * ke._element_cost())
+    ke.loop_nest(shape.dims[:-1], row, shape.size * ke.element_cost())
 
 
 class _VectorRow:
@@ -247,7 +243,7 @@ class _VectorRow:
         ke, b, root = self.ke, self.ke.b, self.root
         window = tuple(root.attrs["window"])
         sizes = self.x.shape.dims
-        source = ke._operand_pointer(self.x)
+        source = ke.operand_pointer(self.x)
         last = window[-1]
         values = []
         if not self._init_is_identity():
@@ -267,7 +263,8 @@ class _VectorRow:
             loaded = b.load(pointer, typ=wide if last.stride > 1 else self.vector)
             loaded.align = self.x.shape.dtype.bytes
             if last.stride > 1:
-                picks = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [k * last.stride for k in range(self.lanes)])
+                picks = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes),
+                                    [k * last.stride for k in range(self.lanes)])
                 loaded = b.shuffle_vector(loaded, ir.Constant(wide, ir.Undefined), picks)
             values.append(loaded)
         result = self._fold(values)
@@ -345,14 +342,14 @@ def emit_reduce_window(ke) -> None:
     if not isinstance(root.shape, TupleShape):
         interior = _interior(root, VECTOR_ROW_BYTES // 2 // root.shape.dtype.bytes if _clamped_windows(root)
                              else MIN_INTERIOR)
-        return ke._emit_loop(root) if interior is None else _emit_rows(ke, root, interior)
+        return ke.emit_loop(root) if interior is None else _emit_rows(ke, root, interior)
     shapes = root.shape.elements
     pointers = output_pointers(ke)
 
     def body(index):
         ke.e.push_scope()
         for ptr, shape, value in zip(pointers, shapes, ke.e.value(root, index)):
-            ke._store(ptr, shape, index, value)
+            ke.store(ptr, shape, index, value)
         ke.e.pop_scope()
 
     for_range(ke.b, shapes[0].dims, body)
@@ -374,7 +371,7 @@ def emit_select_and_scatter(ke) -> None:
     t = etype(operand)
 
     init_value = e.value(init, ())
-    for_range(b, out_shape.dims, lambda index: ke._store(out, out_shape, index, init_value))
+    for_range(b, out_shape.dims, lambda index: ke.store(out, out_shape, index, init_value))
     chosen_value = alloca_in_entry(b, compute_type(t))
     chosen_index = [alloca_in_entry(b, I64) for _ in window]
     have_choice = alloca_in_entry(b, I1)
@@ -403,9 +400,9 @@ def emit_select_and_scatter(ke) -> None:
         with b.if_then(b.load(have_choice)):
             e.push_scope()
             target = tuple(b.load(slot) for slot in chosen_index)
-            current = ke._load(out, out_shape, target)
+            current = ke.load(out, out_shape, target)
             (combined,) = e.scalar_computation(scatter, [current, e.value(source, source_index)])
-            ke._store(out, out_shape, target, combined)
+            ke.store(out, out_shape, target, combined)
             e.pop_scope()
 
     for_range(b, source.shape.dims, per_source)

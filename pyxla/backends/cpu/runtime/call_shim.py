@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import llvmlite.ir as ir
 import numpy as np

@@ -13,23 +13,24 @@ caller has dropped every reference to the array it got (see `ReusedBuffer`).
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from ....hlo.evaluator import check_argument, check_arguments, flatten_result
+from ....hlo.evaluator import check_argument, check_arguments
 from ....hlo.module import HloModule
 from ....hlo.shape import ArrayShape, TupleShape
 from ....runtime.memory import aligned_empty
-from .call_shim import entry_caller
 from ..codegen import OutputSlot
+from .call_shim import entry_caller
 
 REUSED_OUTPUT_BYTES = 1 << 20      # outputs at least this big are reused once the caller drops them
 
 
 def to_physical(arr: np.ndarray, shape: ArrayShape) -> np.ndarray:
     """The array's bytes in the order of the shape's layout (major to minor)."""
-    if shape.rank < 2 or shape.minor_to_major == tuple(range(shape.rank - 1, -1, -1)):
+    if shape.rank < 2 or shape.is_row_major:
         return np.ascontiguousarray(arr)
     return np.ascontiguousarray(arr.transpose(tuple(reversed(shape.minor_to_major))))
 
@@ -88,13 +89,13 @@ class CpuExecutable:
         self._root_shape = module.entry.root.shape
         self._params = module.entry.parameters
         self._row_major = [isinstance(p.shape, ArrayShape) and
-                           p.shape.minor_to_major == tuple(range(p.shape.rank - 1, -1, -1)) for p in self._params]
+                           p.shape.is_row_major for p in self._params]
         self.params_are_row_major = all(self._row_major) and not self.parameter_forms
         for number in self.parameter_forms:   # a formed argument is C-contiguous in its own order
             self._row_major[number] = True
         # An output that is a whole row-major buffer is allocated as the array the caller gets.
         self._direct = [slot.kind == "buffer" and slot.offset == 0 and slot.shape.byte_size == output_sizes[slot.index]
-                        and slot.shape.minor_to_major == tuple(range(slot.shape.rank - 1, -1, -1))
+                        and slot.shape.is_row_major
                         and self._single_use(slot) for slot in outputs]
         # what to allocate for each output buffer: the typed array itself, or raw bytes
         self._allocations = [((max(1, n),), np.dtype(np.uint8)) for n in output_sizes]

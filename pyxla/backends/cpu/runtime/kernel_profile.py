@@ -9,8 +9,9 @@ times the whole call. The counters are a global of the program's own module, so 
 is two counter reads and two atomic adds per kernel (tens of nanoseconds), not a sampling
 profiler's guesswork or a Python callback. At exit every profiled program prints its
 kernels by total time (HLO name, what the kernel is, result shape, calls, time, share of
-the whole call, and the rates its flops and bytes (hlo/cost_analysis.py) were done at) to stderr; `report()` gives the same text at any time and
-`CpuExecutable.profile.rows()` the numbers.
+the whole call, and the rates its flops and bytes (hlo/cost_analysis.py) were done at) to
+stderr; `report()` gives the same text at any time and `CpuExecutable.profile.rows()` the
+numbers.
 
 The counter's rate is measured once per process against `time.perf_counter`.
 """
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from ....hlo.instruction import HloInstruction
 from ....hlo.cost_analysis import kernel_cost
+from ....hlo.instruction import HloInstruction
 from ...llvm.ir_types import I64, i64
 
 ENVIRONMENT_VARIABLE = "PYXLA_PROFILE"
@@ -47,7 +48,7 @@ class Site:
     bytes: int = 0
 
     @staticmethod
-    def of(instr: HloInstruction) -> "Site":
+    def of(instr: HloInstruction) -> Site:
         if instr.opcode == "fusion":
             what = f"fusion:{instr.attrs.get('kind', '?')}"
         elif instr.opcode == "custom-call":
@@ -131,7 +132,10 @@ class KernelProfile:
         kernels = [r for r in rows if r is not whole]
         for r in kernels[:top]:
             per_call = 1e6 * r["seconds"] / r["calls"] if r["calls"] else 0.0
-            rate = (lambda amount: f"{amount / r['seconds'] / 1e9:.1f}" if r["seconds"] and amount else "")
+
+            def rate(amount, r=r):
+                return f"{amount / r['seconds'] / 1e9:.1f}" if r["seconds"] and amount else ""
+
             lines.append(f"  {1e3 * r['seconds']:10.3f} {100 * r['share']:5.1f}% {r['calls']:7d} {per_call:10.1f}"
                          f" {rate(r['flops']):>8} {rate(r['bytes']):>6}  {r['name']} ({r['what']}) {r['shape']}")
         if len(kernels) > top:

@@ -67,7 +67,7 @@ class LlvmJit:
         # what each fused multiply-add does.
         self.vector_bytes = 64 if wide else 32
 
-    def optimise(self, module: "llvm.ModuleRef") -> None:
+    def optimise(self, module: llvm.ModuleRef) -> None:
         pto = llvm.PipelineTuningOptions(speed_level=3)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
@@ -83,7 +83,7 @@ class LlvmJit:
         tagged = re.sub(r"^(define [^\n]*?)\s*\{$", r"\1 #4242 {", ir_text, flags=re.MULTILINE)
         return f"{tagged}\nattributes #4242 = {{ {self.function_attributes} }}\n"
 
-    def _optimised(self, ir_text: str) -> "llvm.ModuleRef":
+    def _optimised(self, ir_text: str) -> llvm.ModuleRef:
         module = llvm.parse_assembly(self.with_host_attributes(ir_text))
         module.verify()
         self.optimise(module)
@@ -113,7 +113,8 @@ class LlvmJit:
         before; otherwise it is compiled here and kept there. The key holds the IR text and
         everything else that decides the machine code (LLVM and llvmlite versions, target
         triple, CPU name and features, the host function attributes)."""
-        key = disk_cache.make_key(OBJECT_FORMAT, ir_text, llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)),
+        key = disk_cache.make_key(OBJECT_FORMAT, ir_text, llvmlite.__version__,
+                                  ".".join(map(str, llvm.llvm_version_info)),
                                   llvm.get_process_triple(), self.cpu, self.features, self.function_attributes)
         obj = disk_cache.load(name, key)
         if obj is None:

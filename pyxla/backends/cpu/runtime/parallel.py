@@ -54,15 +54,15 @@ import atexit
 import ctypes
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ...llvm.ir_types import I32, I64, PTR, VOID, FunctionPointer, i64
-from .llvm_jit import host_jit
 from ...llvm.loops import counted_loop
+from .llvm_jit import host_jit
 
 MAX_THREADS = 256
 SPIN_CYCLES = 200_000        # time-stamp counter ticks a worker spins after a job before it sleeps

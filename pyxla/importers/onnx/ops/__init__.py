@@ -1,4 +1,22 @@
 """The operator converters, one module per family; importing this package registers them."""
-from . import (activation, elementwise, indexing, linalg, normalization, quantization, reduction, resize,  # noqa: F401
-               shape, spectral)
-from . import control_flow, detection, legacy, nn, patches, pool_indices, recurrent, sampling, sequence  # noqa: F401
+from . import (  # noqa: F401  # noqa: F401
+               activation,
+               control_flow,
+               detection,
+               elementwise,
+               indexing,
+               legacy,
+               linalg,
+               nn,
+               normalization,
+               patches,
+               pool_indices,
+               quantization,
+               recurrent,
+               reduction,
+               resize,
+               sampling,
+               sequence,
+               shape,
+               spectral,
+)

@@ -2,7 +2,8 @@
 and the choice between NumPy and pyxla.numpy for one value."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np

@@ -12,10 +12,17 @@ import functools
 import numpy as np
 
 from .... import lax
-from ..registry import converter, is_known
 from ....hlo.types import from_numpy_dtype
-from .common import (SATURATING_FLOAT8, as_dtype, check_dtype, convert_saturating, is_float_dtype,
-                     is_int_dtype, onnx_dtype)
+from ..registry import converter, is_known
+from .common import (
+    SATURATING_FLOAT8,
+    as_dtype,
+    check_dtype,
+    convert_saturating,
+    is_float_dtype,
+    is_int_dtype,
+    onnx_dtype,
+)
 
 # --- arithmetic ---------------------------------------------------------------------------
 

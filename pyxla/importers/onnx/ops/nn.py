@@ -14,14 +14,14 @@ onnxruntime do).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .... import lax
 from ..registry import NodeContext, converter, is_known, known
 from .common import as_dtype, is_float_dtype, shape_of, xp_of
-
 
 # --- spatial attributes ---------------------------------------------------------------------
 
@@ -143,7 +143,8 @@ def conv_transpose(ctx: NodeContext, x, w, b=None):
     dilations = _spatial_ints(ctx, "dilations", n, 1)
     output_padding = _spatial_ints(ctx, "output_padding", n, 0)
     in_sizes = shape_of(x)[2:]
-    full = [s * (i - 1) + op + (k - 1) * d + 1 for i, s, op, k, d in zip(in_sizes, strides, output_padding, kernel, dilations)]
+    full = [s * (i - 1) + op + (k - 1) * d + 1
+            for i, s, op, k, d in zip(in_sizes, strides, output_padding, kernel, dilations)]
     output_shape = ctx.attr("output_shape")
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     if output_shape is not None:

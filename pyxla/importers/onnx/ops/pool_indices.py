@@ -8,7 +8,7 @@ never an index. A window's maximum is its first largest element in row-major sca
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -16,7 +16,6 @@ from .... import lax
 from .... import numpy as pnp
 from ..registry import NodeContext, converter
 from .common import ints, shape_of
-
 
 # scatter single elements of a flat operand, one index per element
 _ELEMENTS = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),

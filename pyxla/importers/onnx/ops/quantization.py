@@ -15,8 +15,17 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import converter
-from .common import (SATURATING_FLOAT8, as_dtype, axis_of, convert_saturating, integer_range, is_float_dtype,
-                     is_int_dtype, onnx_dtype, shape_of)
+from .common import (
+    SATURATING_FLOAT8,
+    as_dtype,
+    axis_of,
+    convert_saturating,
+    integer_range,
+    is_float_dtype,
+    is_int_dtype,
+    onnx_dtype,
+    shape_of,
+)
 
 
 def _per_element(ctx, xp, v, dims):

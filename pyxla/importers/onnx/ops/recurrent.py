@@ -23,8 +23,9 @@ the functions that take them, the rest keep their defaults.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..registry import converter, is_known, known
-from .common import axes_input_or_attr, check_dtype, axes_of, axis_of, ints, onnx_dtype, shape_of
+from .common import axes_input_or_attr, axes_of, axis_of, check_dtype, ints, onnx_dtype, shape_of
 
 
 @converter("Shape", since=1)
