@@ -6,7 +6,36 @@ parameters in parameter-number order and returns the ROOT value (an array, or a 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import import_module
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..compiler import CompiledModule
+    from ..hlo.module import HloModule
+
+
+class Executable(Protocol):
+    """A compiled program: `run_flat` checks the arguments (the ENTRY parameters in
+    parameter-number order) and returns the ROOT value flattened into arrays."""
+
+    def run_flat(self, args: Sequence[Any]) -> list[np.ndarray]: ...
+
+    def prepare_argument(self, number: int, array: np.ndarray) -> Any: ...
+
+    def run_unchecked(self, arrays: Sequence[Any]) -> list[np.ndarray]: ...
+
+
+class Backend(Protocol):
+    """What jit and the command line compile with. `compiled` is the compiler driver's
+    result when the caller ran it already; `constant_parameters` are parameters whose
+    argument is the same array on every call (a model's weights)."""
+    name: str
+
+    def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
+                constant_parameters: tuple[int, ...] = ()) -> Executable: ...
 
 # name -> module that defines `BACKEND`
 _BACKEND_MODULES = {
@@ -19,7 +48,7 @@ def available_backends() -> list[str]:
     return sorted(_BACKEND_MODULES)
 
 
-def get_backend(name: str):
+def get_backend(name: str) -> Backend:
     try:
         module = _BACKEND_MODULES[name]
     except KeyError:

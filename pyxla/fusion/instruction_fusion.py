@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
@@ -53,7 +54,7 @@ def _can_consume(instr: HloInstruction) -> bool:
     return op_def(instr.opcode).fusion_kind in CONSUMER_KINDS
 
 
-def fuse_computation(module: HloModule, comp, policy: FusionPolicy, log: FusionLog) -> bool:
+def fuse_computation(module: HloModule, comp: HloComputation, policy: FusionPolicy, log: FusionLog) -> bool:
     changed = False
     for consumer in reversed(comp.post_order()):
         if consumer.parent is not comp or not _can_consume(consumer):
@@ -118,6 +119,6 @@ def _is_scalar_computation(module: HloModule, comp) -> bool:
 NO_KERNEL = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "opt-barrier"})
 
 
-def kernels(comp) -> list[HloInstruction]:
+def kernels(comp: HloComputation) -> list[HloInstruction]:
     """The instructions of `comp` that run as kernels (each fusion counts once)."""
     return [i for i in comp.post_order() if i.opcode not in NO_KERNEL]

@@ -33,7 +33,7 @@ class CpuBackend:
     name = "cpu"
 
     def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
-                constant_parameters: tuple[int, ...] = ()):
+                constant_parameters: tuple[int, ...] = ()) -> CpuExecutable:
         """Native code for `module`. `compiled` is the compiler driver's result when the caller
         (jit) ran it already; otherwise this runs it on a copy of the module. The caller passes
         the same array for each of `constant_parameters` on every call, so the executable may

@@ -200,7 +200,7 @@ class ModuleCodegen:
     def output_base(self, buf: Buffer) -> ir.Value:
         return self._output_bases[id(buf)]
 
-    def _storage_and_offset(self, instr: HloInstruction) -> tuple[HloInstruction, int]:
+    def storage_and_offset(self, instr: HloInstruction) -> tuple[HloInstruction, int]:
         """The instruction behind a value (the owner of its buffer, a parameter or a constant)
         and the value's byte offset in it."""
         if instr.opcode not in VIEWS:
@@ -259,7 +259,7 @@ class ModuleCodegen:
             if self.profile:
                 self.profile.stop(b, started)
 
-    def _constant_global(self, instr: HloInstruction) -> ir.GlobalVariable:
+    def constant_global(self, instr: HloInstruction) -> ir.GlobalVariable:
         if id(instr) not in self.constants:
             shape: ArrayShape = instr.shape
             physical = np.ascontiguousarray(np.asarray(instr.literal).transpose(
@@ -398,7 +398,7 @@ class KernelEmitter:
             if t.is_float:
                 return ir.Constant(compute_type(t), float(value))
             return ir.Constant(compute_type(t), int(value))
-        return self.load(self.codegen._constant_global(const), shape, index)
+        return self.load(self.codegen.constant_global(const), shape, index)
 
     def store(self, ptr, shape: ArrayShape, index: tuple, value: ir.Value) -> None:
         b = self.b

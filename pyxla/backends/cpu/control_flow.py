@@ -222,7 +222,7 @@ class Frame:
         if leaf.kind == "parameter":
             return self.parameters[leaf.owner][leaf.position]
         if leaf.kind == "constant":
-            return self.codegen._constant_global(leaf.owner)
+            return self.codegen.constant_global(leaf.owner)
         base = self._base(b, self.memory.buffer_of(leaf.owner))
         return b.gep(base, [i64(leaf.position)], source_etype=I8) if leaf.position else base
 

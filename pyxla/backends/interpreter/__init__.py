@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from ...compiler import CompiledModule
 from ...hlo.evaluator import EvalContext, check_arguments, evaluate_computation, flatten_result
 from ...hlo.module import HloModule
 from ...hlo.verifier import verify_module
@@ -33,7 +34,7 @@ class InterpreterExecutable:
 class InterpreterBackend:
     name = "interpreter"
 
-    def compile(self, module: HloModule, *, compiled=None, donated: tuple[int, ...] = (),
+    def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
                 constant_parameters: tuple[int, ...] = ()) -> InterpreterExecutable:
         """The evaluator over `module` as given (optimised or not: it runs any module)."""
         verify_module(module)

@@ -141,8 +141,8 @@ def _in_place(ke, source: HloInstruction, out_offset: int, shape: ArrayShape) ->
     the buffer of a value computed before, or the element of a while body's parameter (the
     loop state) that the body updates in place."""
     codegen = ke.codegen
-    storage, offset = codegen._storage_and_offset(source)
-    out_storage, out_base = codegen._storage_and_offset(ke.instr)
+    storage, offset = codegen.storage_and_offset(source)
+    out_storage, out_base = codegen.storage_and_offset(ke.instr)
     out_buffer = codegen.buffers.of(out_storage)
     if storage.opcode == "parameter":
         (leaf,) = value_leaves(source)

@@ -554,4 +554,4 @@ def _replace_uses(task: ir.Function, replacements: dict) -> None:
                 instr.aggregate = new(instr.aggregate)
                 if isinstance(instr, ir.InsertValue):
                     instr.value = new(instr.value)
-            instr._clear_string_cache()
+            instr._clear_string_cache()   # llvmlite caches an instruction's text; its operands changed
