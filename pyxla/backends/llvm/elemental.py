@@ -21,7 +21,7 @@ from ...hlo.shape import ArrayShape, default_layout
 from ...hlo.types import ElementType
 from .fast_math import fast_binary, fast_unary, power_by_roots, root_exponent
 from .indices import delinearize, linear_index
-from .ir_types import F32, F64, I1, alloca_in_entry, compute_type, etype, i64, storage_type, to_compute, to_storage
+from .ir_types import F32, F64, I1, I32, alloca_in_entry, compute_type, etype, i64, storage_type, to_compute, to_storage
 
 
 class Unsupported(NotImplementedError):
@@ -358,6 +358,8 @@ def convert(e: ElementalEmitter, x, src: ElementType, dst: ElementType):
         if sty == dty:
             # f32 -> narrower float rounding happens on store; the way back is exact
             return x
+        if dst.name == "f16":   # XLA rounds f64 -> f16 once; bf16 and the 8-bit floats through f32
+            return f64_to_f32_round_to_odd(e, x)
         return b.fpext(x, dty) if dty == F64 else b.fptrunc(x, dty)
     if src.is_float:
         name = "llvm.fptosi.sat" if dst.is_signed else "llvm.fptoui.sat"
@@ -370,6 +372,25 @@ def convert(e: ElementalEmitter, x, src: ElementType, dst: ElementType):
     if dty.width > sty.width:
         return b.sext(x, dty) if src.is_signed else b.zext(x, dty)
     return x
+
+
+
+def f64_to_f32_round_to_odd(e: ElementalEmitter, x: ir.Value) -> ir.Value:
+    """An f64 as f32 rounded to odd (toward zero, then the last bit set when inexact), for an
+    f16 result, which is computed in f32 and rounded on store: rounding to nearest f32 here
+    and again to f16 would round twice (a value just off an f16 midpoint lands on it, then
+    goes to even). Rounding to odd keeps the f32's extra bits honest, so the store's one
+    rounding to nearest even is the f64's own (f32 has 13 bits more than f16). NaN and values
+    f32 holds exactly are kept; an overflow becomes f32's largest odd value, which the store
+    rounds to infinity as the f64 would."""
+    b = e.b
+    t = b.fptrunc(x, F32)
+    back = b.fpext(t, F64)
+    bits = b.bitcast(t, I32)
+    beyond = b.fcmp_ordered(">", e.intrinsic("llvm.fabs", F64, [back]), e.intrinsic("llvm.fabs", F64, [x]))
+    bits = b.select(beyond, b.sub(bits, ir.Constant(I32, 1)), bits)   # one step toward zero
+    inexact = b.fcmp_ordered("!=", back, x)
+    return b.bitcast(b.select(inexact, b.or_(bits, ir.Constant(I32, 1)), bits), F32)
 
 
 def _broadcast(e, instr, index):

@@ -104,3 +104,36 @@ def test_narrow_types_parse_and_print(name):
     module = parse_module(text)
     assert f"{name}[3,2]" in module.to_text()
     assert parse_module(module.to_text()).to_text() == module.to_text()
+
+
+def off_midpoints(rng, dtype, n: int = 2048) -> np.ndarray:
+    """f64 values a little off the midpoints between neighbours of `dtype`, both sides, and
+    the midpoints themselves: rounding to f32 first would put the near ones on the midpoint,
+    then the narrow rounding would go to even, not to the nearer neighbour."""
+    info = ml_dtypes.finfo(dtype)
+    patterns = every_pattern(dtype) if info.bits <= 8 else np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    with np.errstate(invalid="ignore"):   # (the NaN patterns)
+        finite = np.unique(patterns.astype(np.float64))
+    finite = finite[np.isfinite(finite)]
+    mids = (finite[:-1] + finite[1:]) / 2
+    picks = rng.choice(mids, n)
+    offsets = np.abs(picks) * np.exp2(-rng.integers(30, 52, n))
+    return np.concatenate([picks + offsets, picks - offsets, mids[:64]])
+
+
+
+@pytest.mark.parametrize("name", ["f16", "bf16", "f8e4m3fn", "f8e5m2"])
+def test_f64_to_narrow_float_rounds_as_the_evaluator(name, rng):
+    """convert f64 -> a type computed in f32 agrees with the evaluator bit for bit on values
+    just off the type's midpoints. f16 rounds once, to the value nearest the f64 (NumPy's and
+    XLA's convert), not twice through f32; bf16 and the 8-bit floats go through f32 as
+    ml_dtypes and XLA's CPU emitter convert them."""
+    dtype = ELEMENT_TYPES[name].np_dtype
+    x = off_midpoints(rng, dtype)
+    text = (f"HloModule m\n\nENTRY e {{\n  p = f64[{x.size}] parameter(0)\n"
+            f"  ROOT c = {name}[{x.size}] convert(p)\n}}\n")
+    want = np.asarray(flatten_result(evaluate_module(parse_module(text), [x]))[0])
+    same_bits(run_cpu(text, [x])[0], want)
+    if name == "f16":
+        assert (x.astype(np.float32).astype(dtype) != x.astype(dtype)).any()   # the inputs tell them apart
+        same_bits(want, x.astype(dtype))

@@ -227,8 +227,6 @@ def _f16_midpoints(rng) -> np.ndarray:
     return np.concatenate([off, -off])
 
 
-@pytest.mark.xfail(strict=True, reason="the CPU backend converts f64 to f16 through f32 (fptrunc to f32, then "
-                   "the f16 store rounds again): twice rounded, where NumPy and the HLO evaluator round once")
 def test_cast_f64_to_f16_off_midpoints_rounds_once(rng):
     """Values next to f16 midpoints in f64: the nearest f16, as NumPy gives (rounding to f32
     first would put them on the midpoint, then round half to even)."""
