@@ -12,7 +12,7 @@ does not follow from the operands (broadcast, reshape, convert, iota, ...).
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -59,7 +59,7 @@ class HloBuilder:
         return self._add(HloInstruction(self._fresh("constant"), "constant", shape, literal=arr))
 
     def op(self, opcode: str, *operands: HloInstruction, shape: Shape | None = None,
-           attrs: dict | None = None, name: str | None = None, **kw_attrs) -> HloInstruction:
+           attrs: dict | None = None, name: str | None = None, **kw_attrs: Any) -> HloInstruction:
         """Add `opcode(operands)`; keyword attributes use XLA's names."""
         all_attrs = dict(attrs or {})
         all_attrs.update(kw_attrs)
@@ -88,7 +88,7 @@ class HloBuilder:
         module.uniquify_names()   # names chosen in separate builders may coincide
         return module
 
-    def __getattr__(self, attr: str):
+    def __getattr__(self, attr: str) -> Callable[..., HloInstruction]:
         # b.reduce_window(...) is b.op("reduce-window", ...)
         if attr.startswith("_"):
             raise AttributeError(attr)

@@ -1,6 +1,8 @@
 """A computation: instructions in a valid order, parameters by number, one ROOT."""
 from __future__ import annotations
 
+from typing import cast
+
 from .instruction import HloInstruction
 from .shape import Shape, TupleShape
 
@@ -74,13 +76,14 @@ class HloComputation:
     def parameters(self) -> list[HloInstruction]:
         """Parameters sorted by parameter number (text order may differ)."""
         params = [i for i in self.instructions if i.opcode == "parameter"]
-        return sorted(params, key=lambda p: p.parameter_number)
+        return sorted(params, key=lambda p: cast(int, p.parameter_number))
 
     def parameter_shapes(self) -> list[Shape]:
         return [p.shape for p in self.parameters]
 
     @property
     def result_shape(self) -> Shape:
+        assert self.root is not None, f"computation {self.name} has no ROOT"
         return self.root.shape
 
     def instruction(self, name: str) -> HloInstruction:

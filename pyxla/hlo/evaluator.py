@@ -6,7 +6,7 @@ computations in dependency order, binds parameters and calls those records.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def evaluate_computation(comp: HloComputation, args: Sequence[Any], ctx: EvalCon
     values: dict[int, Any] = {}
     for instr in comp.post_order():
         if instr.opcode == "parameter":
-            values[id(instr)] = args[instr.parameter_number]
+            values[id(instr)] = args[cast(int, instr.parameter_number)]
             continue
         operands = [values[id(op)] for op in instr.operands]
         try:
@@ -57,6 +57,7 @@ def evaluate_module(module: HloModule, args: Sequence[Any]) -> Any:
     dtype; the result is an array or a (nested) tuple of arrays, as ROOT's shape says.
     """
     entry = module.entry
+    assert entry is not None, f"module {module.name} has no ENTRY computation"
     checked = check_arguments(entry, args)
     return evaluate_computation(entry, checked, EvalContext(module))
 

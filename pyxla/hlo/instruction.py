@@ -1,12 +1,12 @@
 """One HLO instruction: `name = shape opcode(operands), attributes`."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
 from .attributes import ATTRIBUTE_KINDS, NON_SEMANTIC_ATTRIBUTES
-from .shape import ArrayShape, Shape
+from .shape import ArrayShape, Shape, TupleShape
 
 if TYPE_CHECKING:
     from .computation import HloComputation
@@ -25,8 +25,8 @@ class HloInstruction:
     __slots__ = ("name", "opcode", "shape", "operands", "attrs", "literal", "parameter_number",
                  "parent", "users")
 
-    def __init__(self, name: str, opcode: str, shape: Shape, operands=(), attrs: dict | None = None,
-                 literal: Any = None, parameter_number: int | None = None):
+    def __init__(self, name: str, opcode: str, shape: Shape, operands: Iterable[HloInstruction] = (),
+                 attrs: dict | None = None, literal: Any = None, parameter_number: int | None = None):
         self.name = name
         self.opcode = opcode
         self.shape = shape
@@ -36,6 +36,22 @@ class HloInstruction:
         self.parameter_number = parameter_number
         self.parent: HloComputation | None = None
         self.users: list[HloInstruction] = []
+
+    @property
+    def array_shape(self) -> ArrayShape:
+        """`shape`, where the instruction produces an array (not a tuple or a token)."""
+        shape = self.shape
+        if not isinstance(shape, ArrayShape):
+            raise TypeError(f"{self.describe()} has shape {shape.to_text(False)}, not an array shape")
+        return shape
+
+    @property
+    def tuple_shape(self) -> TupleShape:
+        """`shape`, where the instruction produces a tuple."""
+        shape = self.shape
+        if not isinstance(shape, TupleShape):
+            raise TypeError(f"{self.describe()} has shape {shape.to_text(False)}, not a tuple shape")
+        return shape
 
     # --- attributes -------------------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
@@ -100,7 +116,7 @@ class HloInstruction:
         return f"<HloInstruction %{self.name} = {self.shape} {self.opcode}>"
 
 
-def uniform_value(instr: HloInstruction):
+def uniform_value(instr: HloInstruction) -> Any:
     """The single value every element of `instr` has, when it is a constant (or a broadcast of
     one) with all elements equal; else None."""
     while instr.opcode == "broadcast":

@@ -43,6 +43,13 @@ ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "?":
            "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
+def skip_whitespace(text: str, pos: int) -> int:
+    """Where the whitespace and comments at `pos` end (`pos` itself when there are none)."""
+    m = WS.match(text, pos)
+    assert m is not None   # WS matches the empty string
+    return m.end()
+
+
 def parse_int(digits: str) -> int:
     """int() of a decimal token; absurdly long ones (past Python's int-string limit) become a
     value far out of every range, so range checks report them."""
@@ -93,7 +100,7 @@ class Lexer:
 
     # --- tokens -------------------------------------------------------------------------
     def skip_ws(self) -> None:
-        self.pos = WS.match(self.text, self.pos).end()
+        self.pos = skip_whitespace(self.text, self.pos)
         if self.text.startswith("/*", self.pos):
             raise self.error_at(self.pos, "unterminated comment: '/*' without '*/'")
 

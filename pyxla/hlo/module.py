@@ -91,6 +91,7 @@ class HloModule:
                     visit(callee)
             order.append(comp)
 
+        assert self.entry is not None, f"module {self.name} has no ENTRY computation"
         visit(self.entry)
         return order
 
@@ -120,7 +121,7 @@ class HloModule:
                 setattr(copy, key, value)
         return copy
 
-    def to_text(self, **options) -> str:
+    def to_text(self, **options: bool) -> str:
         from .printer import print_module
         return print_module(self, **options)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -33,11 +33,11 @@ from .attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim, attri
 from .computation import HloComputation
 from .instruction import HloInstruction
 from .lexer import (BOOL, DIM_LABELS, DXD, ELEMENT_SIZE, ELIDED, INT, INT64_MAX, INT64_MIN, MODULE_NAME, PADDING,
-                    SCALAR, TYPE_WORD, UINT, WINDOW_PAD, WORD, WS, Lexer, parse_int)
+                    SCALAR, TYPE_WORD, UINT, WINDOW_PAD, WORD, WS, Lexer, parse_int, skip_whitespace)
 from .module import HloModule
 from .printer import FLOAT_FORMATS
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, default_layout
-from .types import ELEMENT_TYPES, ElementType, integer_limits
+from .types import ELEMENT_TYPES, ElementType, FloatFormat, integer_limits
 
 # Every opcode of XLA's HloOpcode list (xla/hlo/ir/hlo_opcode.h). The parser accepts these
 # and whatever the registry knows; whether pyxla can run an opcode is the verifier's and
@@ -71,6 +71,8 @@ _STACK_FRAME_SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations"
 _MAX_NESTING = 64             # tuple shapes / tuple literals: no unbounded recursion
 _MAX_CONSTANT_RANK = 32
 _MAX_ELIDED_ELEMENTS = 1 << 24  # `constant({...})` is filled with zeros; refuse absurd sizes
+
+T = TypeVar("T")
 
 
 def parse_module(text: str, source: str = "<hlo>") -> HloModule:
@@ -182,7 +184,7 @@ class _Parser(Lexer):
         start = self.pos
         if not self.text.startswith("{", start):
             return None
-        after = WS.match(self.text, start + 1).end()
+        after = skip_whitespace(self.text, start + 1)
         if after >= self.n or not (self.text[after].isdigit() or self.text[after] == "}"):
             return None
         self.pos = start + 1
@@ -262,7 +264,7 @@ class _Parser(Lexer):
             m = WORD.match(self.text, self.pos)
             if not m or m.group() not in _STACK_FRAME_SECTIONS:
                 return
-            after = WS.match(self.text, m.end()).end()
+            after = skip_whitespace(self.text, m.end())
             if self.text.startswith(("{", "(", "="), after):   # a computation of that name
                 return
             self.pos = m.end()
@@ -450,10 +452,10 @@ class _Parser(Lexer):
             return self.metadata()
         return self.raw_value(what)
 
-    def braced_list(self, item, what: str) -> list:
+    def braced_list(self, item: Callable[[], T], what: str) -> list[T]:
         """`{a, b, c}` (possibly empty) with `item()` parsing one element."""
         self.expect("{", f"to start {what}")
-        out = []
+        out: list[T] = []
         if self.accept("}"):
             return out
         while True:
@@ -516,6 +518,7 @@ class _Parser(Lexer):
             self.expect("=", f"after window field '{key}'")
             self.skip_ws()
             value_pos = self.pos
+            values: list[tuple[int, ...]] | list[int]
             if key == "pad":
                 m = self.match(WINDOW_PAD)
                 if not m:
@@ -628,7 +631,9 @@ class _Parser(Lexer):
         positions: list[int] = []
         ws = WS
         while True:
-            pos = ws.match(text, self.pos).end()
+            ws_end = ws.match(text, self.pos)
+            assert ws_end is not None   # WS matches the empty string
+            pos = ws_end.end()
             self.pos = pos
             c = text[pos] if pos < self.n else ""
             if c == "}":
@@ -636,7 +641,8 @@ class _Parser(Lexer):
                 if not after_item and counts[d]:
                     raise self.error_at(pos, "expected a literal element after ','")
                 if counts[d] != dims[d]:
-                    where = surplus_at[d] if surplus_at[d] is not None else pos
+                    surplus = surplus_at[d]
+                    where = surplus if surplus is not None else pos
                     raise self.error_at(where, _count_message(counts[d], d, dims, shape_text))
                 self.pos = pos + 1
                 level -= 1
@@ -708,7 +714,7 @@ def _elements_to_array(parser: _Parser, tokens: list[str], positions: list[int],
     """Literal element texts as a 1-D array of `etype`'s storage dtype; a value that does not
     fit the type is a ParseError at that element."""
     if etype.kind == "pred":
-        values = []
+        values: list[bool] = []
         for tok, pos in zip(tokens, positions):
             if tok in ("true", "1"):
                 values.append(True)
@@ -719,7 +725,7 @@ def _elements_to_array(parser: _Parser, tokens: list[str], positions: list[int],
         return np.array(values, dtype=np.bool_)
     if etype.is_integral:
         least, greatest = integer_limits(etype)
-        values = []
+        ints: list[int] = []
         for tok, pos in zip(tokens, positions):
             if not INT.fullmatch(tok):
                 raise parser.error_at(pos, f"expected an integer for a {etype.name} literal, found '{tok}'")
@@ -727,8 +733,8 @@ def _elements_to_array(parser: _Parser, tokens: list[str], positions: list[int],
             if not least <= v <= greatest:
                 raise parser.error_at(pos, f"value {v} is out of range for {etype.name} "
                                            f"[{least}, {greatest}]")
-            values.append(v)
-        return np.array(values, dtype=np.int64 if etype.bits < 8 else etype.np_dtype).astype(etype.np_dtype)
+            ints.append(v)
+        return np.array(ints, dtype=np.int64 if etype.bits < 8 else etype.np_dtype).astype(etype.np_dtype)
     return _floats_to_array(parser, tokens, positions, etype)
 
 
@@ -770,7 +776,7 @@ def _floats_to_array(parser: _Parser, tokens, positions, etype: ElementType) -> 
             arr = arr.astype(etype.np_dtype)
         # (inf for IEEE types, NaN for the fn/fnuz ones; f4e2m1fn saturates instead)
         overflow = ~np.isfinite(arr.astype(np.float64)) & np.isfinite(wide)
-        if etype.float_format.nan == "none":
+        if _float_format(etype).nan == "none":
             overflow |= np.abs(wide.astype(np.float32)) >= _saturation_threshold(etype)
     if overflow.any():
         i = int(np.argmax(overflow))
@@ -785,6 +791,13 @@ def _floats_to_array(parser: _Parser, tokens, positions, etype: ElementType) -> 
 def _saturation_threshold(etype: ElementType) -> float:
     """For a type without inf or NaN: the least magnitude that rounds past its largest value
     (the largest value plus half its ulp; its mantissa is all ones, so the tie rounds up)."""
-    fmt = etype.float_format
+    fmt = _float_format(etype)
     largest, below = np.array([fmt.max_finite_bits, fmt.max_finite_bits - 1], np.uint8).view(etype.np_dtype)
     return float(largest) + (float(largest) - float(below)) / 2
+
+
+def _float_format(etype: ElementType) -> FloatFormat:
+    """The bit layout of float type `etype`."""
+    fmt = etype.float_format
+    assert fmt is not None, f"{etype.name} is not a float type"
+    return fmt

@@ -21,15 +21,18 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .attributes import attribute_kind
 from .computation import HloComputation
 from .instruction import HloInstruction
-from .shape import ArrayShape, TupleShape
+from .shape import ArrayShape, Shape, TupleShape
 from .types import LOW_PRECISION_FLOATS, ElementType
+
+if TYPE_CHECKING:
+    from .module import HloModule
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ _KEYWORDS = frozenset({"ROOT", "ENTRY", "HloModule"})
 _SMALL_CONSTANT_ELEMENTS = 10
 
 
-def print_module(module, *, print_metadata: bool = True, print_large_constants: bool = True) -> str:
+def print_module(module: HloModule, *, print_metadata: bool = True, print_large_constants: bool = True) -> str:
     """The module as HLO text that parse_module reads back to the same module.
 
     print_metadata=False drops `metadata={...}`; print_large_constants=False prints constants
@@ -96,7 +99,7 @@ def entry_computation_layout(entry: HloComputation) -> str:
     """`{(parameter shapes)->result shape}` from the ENTRY computation as it is now, so the
     header never goes stale when passes change the signature's layouts."""
     params = TupleShape(tuple(p.shape for p in entry.parameters)).to_text()   # "(a, b, /*index=5*/f)"
-    return "{" + params + "->" + entry.root.shape.to_text() + "}"
+    return "{" + params + "->" + entry.result_shape.to_text() + "}"
 
 
 def print_computation(comp: HloComputation, *, is_entry: bool = False, print_metadata: bool = True,
@@ -233,7 +236,7 @@ def utf8_bytes(s: str) -> bytes:
         return s.encode("utf-8", "surrogatepass")
 
 
-_ATTRIBUTE_PRINTERS = {
+_ATTRIBUTE_PRINTERS: dict[str, Callable[[Any], str]] = {
     "ints": _ints,
     "int": lambda v: str(int(v)),
     "bool": lambda v: "true" if v else "false",
@@ -253,7 +256,7 @@ _ATTRIBUTE_PRINTERS = {
 
 # --- literals ---------------------------------------------------------------------------
 
-def literal_text(literal: Any, shape, print_large_constants: bool = True) -> str:
+def literal_text(literal: Any, shape: Shape, print_large_constants: bool = True) -> str:
     """A constant's literal as XLA prints it on one line (LiteralBase::PrintWithoutShapeOneline)."""
     if isinstance(shape, TupleShape):
         if not print_large_constants or literal is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+from typing import Iterable
 
 from .types import ElementType
 
@@ -43,7 +44,7 @@ class ArrayShape(Shape):
 
     is_array = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
         if self.layout is not None:
             object.__setattr__(self, "layout", tuple(int(d) for d in self.layout))
@@ -84,7 +85,7 @@ class ArrayShape(Shape):
     def with_dtype(self, dtype: ElementType) -> "ArrayShape":
         return ArrayShape(dtype, self.dims, self.layout)
 
-    def with_dims(self, dims) -> "ArrayShape":
+    def with_dims(self, dims: Iterable[int]) -> "ArrayShape":
         return ArrayShape(self.dtype, tuple(dims))
 
 
@@ -94,7 +95,7 @@ class TupleShape(Shape):
 
     is_tuple = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "elements", tuple(self.elements))
 
     def to_text(self, with_layout: bool = True) -> str:
@@ -112,8 +113,9 @@ class TupleShape(Shape):
     def without_layout(self) -> "TupleShape":
         return TupleShape(tuple(e.without_layout() for e in self.elements))
 
-    def leaves(self) -> list["ArrayShape"]:
-        out = []
+    def leaves(self) -> list[Shape]:
+        """The non-tuple shapes inside, depth first (arrays and tokens)."""
+        out: list[Shape] = []
         for e in self.elements:
             out.extend(e.leaves() if isinstance(e, TupleShape) else [e])
         return out

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def element_type(name: str) -> ElementType:
         raise KeyError(f"unknown element type {name!r}; known: {', '.join(ELEMENT_TYPES)}") from None
 
 
-def from_numpy_dtype(dtype) -> ElementType:
+def from_numpy_dtype(dtype: DTypeLike) -> ElementType:
     """The element type that stores arrays of NumPy `dtype`."""
     dtype = np.dtype(dtype)
     try:

@@ -6,6 +6,8 @@ instruction's source location when its metadata has one.
 """
 from __future__ import annotations
 
+from typing import cast
+
 from ..errors import ShapeError, VerifierError
 from .attributes import NON_SEMANTIC_ATTRIBUTES
 from .computation import HloComputation
@@ -98,7 +100,7 @@ def _check_layouts(instr: HloInstruction, shape: Shape) -> None:
 
 
 def _check_parameters(comp: HloComputation) -> None:
-    numbers = sorted(p.parameter_number for p in comp.instructions if p.opcode == "parameter")
+    numbers = sorted(cast(int, p.parameter_number) for p in comp.instructions if p.opcode == "parameter")
     if numbers != list(range(len(numbers))):
         raise VerifierError(f"computation {comp.name}: parameter numbers are {numbers}, "
                             f"expected 0..{len(numbers) - 1} each once")

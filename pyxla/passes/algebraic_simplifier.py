@@ -14,16 +14,17 @@ from ..hlo.attributes import SliceDim
 from ..hlo.instruction import HloInstruction, uniform_value
 from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape
+from ..hlo.types import ElementType
 from .dot_canonicalizer import is_canonical
 from .hlo_pass import hlo_pass
-from .rewrite import RuleTable, apply_rules
+from .rewrite import RewriteContext, RuleTable, apply_rules
 
 RULES = RuleTable("algebraic")
 
 
 # --- what rules ask of operands --------------------------------------------------------------
 
-def is_value(instr: HloInstruction, value, negative_zero: bool | None = None) -> bool:
+def is_value(instr: HloInstruction, value: bool | int | float, negative_zero: bool | None = None) -> bool:
     v = uniform_value(instr)
     if v is None:
         return False
@@ -44,28 +45,28 @@ def is_integral(instr: HloInstruction) -> bool:
     return isinstance(instr.shape, ArrayShape) and (instr.shape.dtype.is_integral or instr.shape.dtype.is_pred)
 
 
-def all_ones(instr: HloInstruction):
+def all_ones(instr: HloInstruction) -> bool | int:
     """The all-bits-set value of an integer or pred type."""
-    dt = instr.shape.dtype
+    dt = instr.array_shape.dtype
     if dt.is_pred:
         return True
     return -1 if dt.is_signed else (1 << dt.bits) - 1
 
 
 def same_dims(a: HloInstruction, b: HloInstruction) -> bool:
-    return a.shape.dims == b.shape.dims
+    return a.array_shape.dims == b.array_shape.dims
 
 
-def fill(ctx, like: HloInstruction, value) -> HloInstruction:
+def fill(ctx: RewriteContext, like: HloInstruction, value: bool | int | float | np.ndarray) -> HloInstruction:
     """broadcast(constant(value)) of `like`'s shape."""
-    shape = like.shape
+    shape = like.array_shape
     c = ctx.constant(value, ArrayShape(shape.dtype, ()), like=like)
     if shape.rank == 0:
         return c
     return ctx.add("broadcast", [c], shape, {"dimensions": ()}, like=like)
 
 
-def commuted(instr: HloInstruction):
+def commuted(instr: HloInstruction) -> tuple[tuple[HloInstruction, HloInstruction], ...]:
     """(x, c) pairs to try for a commutative binary op: both operand orders."""
     a, b = instr.operands
     return ((a, b), (b, a))
@@ -74,7 +75,7 @@ def commuted(instr: HloInstruction):
 # --- additive and multiplicative identities -----------------------------------------------
 
 @RULES.rule("add")
-def add_zero(instr, ctx):
+def add_zero(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     for x, c in commuted(instr):
         if is_integral(instr) and is_value(c, 0):
             return x
@@ -84,7 +85,7 @@ def add_zero(instr, ctx):
 
 
 @RULES.rule("subtract")
-def subtract_zero(instr, ctx):
+def subtract_zero(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, c = instr.operands
     if is_value(c, 0, negative_zero=False if is_float(instr) else None):   # x - (+0) == x
         return x
@@ -92,15 +93,15 @@ def subtract_zero(instr, ctx):
 
 
 @RULES.rule("subtract")
-def subtract_self_integer(instr, ctx):
+def subtract_self_integer(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, y = instr.operands
-    if x is y and is_integral(instr) and not instr.shape.dtype.is_pred:
+    if x is y and is_integral(instr) and not instr.array_shape.dtype.is_pred:
         return fill(ctx, instr, 0)
     return None
 
 
 @RULES.rule("add")
-def add_negated(instr, ctx):
+def add_negated(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     for x, n in commuted(instr):
         if n.opcode == "negate":   # x + (-y) == x - y, bit for bit
             return ctx.add("subtract", [x, n.operands[0]], instr.shape, like=instr)
@@ -108,7 +109,7 @@ def add_negated(instr, ctx):
 
 
 @RULES.rule("subtract")
-def subtract_negated(instr, ctx):
+def subtract_negated(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, n = instr.operands
     if n.opcode == "negate":
         return ctx.add("add", [x, n.operands[0]], instr.shape, like=instr)
@@ -116,7 +117,7 @@ def subtract_negated(instr, ctx):
 
 
 @RULES.rule("multiply")
-def multiply_one(instr, ctx):
+def multiply_one(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     for x, c in commuted(instr):
         if is_value(c, 1):
             return x
@@ -124,7 +125,7 @@ def multiply_one(instr, ctx):
 
 
 @RULES.rule("multiply")
-def multiply_zero_integer(instr, ctx):
+def multiply_zero_integer(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     if not is_integral(instr):   # NaN * 0, inf * 0 and -x * 0 forbid this for floats
         return None
     for x, c in commuted(instr):
@@ -134,7 +135,7 @@ def multiply_zero_integer(instr, ctx):
 
 
 @RULES.rule("multiply")
-def multiply_minus_one(instr, ctx):
+def multiply_minus_one(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     if not is_float(instr):   # -INT_MIN overflows the same way, but keep integers literal
         return None
     for x, c in commuted(instr):
@@ -144,13 +145,13 @@ def multiply_minus_one(instr, ctx):
 
 
 @RULES.rule("divide")
-def divide_one(instr, ctx):
+def divide_one(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, c = instr.operands
     return x if is_value(c, 1) else None
 
 
 @RULES.rule("divide")
-def divide_by_power_of_two(instr, ctx):
+def divide_by_power_of_two(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """x / 2^k == x * 2^-k exactly when both 2^k and 2^-k are normal numbers of the type."""
     x, c = instr.operands
     if not is_float(instr):
@@ -161,15 +162,15 @@ def divide_by_power_of_two(instr, ctx):
     mantissa, exponent = np.frexp(abs(float(v)))
     if mantissa != 0.5:
         return None
-    reciprocal = np.asarray(1.0 / float(v)).astype(instr.shape.dtype.np_dtype)
-    info = np.finfo(np.float32 if instr.shape.dtype.bits <= 32 else np.float64)
+    reciprocal = np.asarray(1.0 / float(v)).astype(instr.array_shape.dtype.np_dtype)
+    info = np.finfo(np.float32 if instr.array_shape.dtype.bits <= 32 else np.float64)
     if not (info.tiny <= abs(float(reciprocal)) <= info.max) or float(reciprocal) * float(v) != 1.0:
         return None
     return ctx.add("multiply", [x, fill(ctx, c, reciprocal)], instr.shape, like=instr)
 
 
 @RULES.rule("power")
-def power_small_integer(instr, ctx):
+def power_small_integer(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, c = instr.operands
     if not is_float(instr):
         return None
@@ -187,7 +188,7 @@ def power_small_integer(instr, ctx):
 # --- involutions and idempotent pairs ----------------------------------------------------
 
 @RULES.rule("negate", "not")
-def double_inverse(instr, ctx):
+def double_inverse(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     return x.operands[0] if x.opcode == instr.opcode else None
 
@@ -196,20 +197,20 @@ IDEMPOTENT = ("abs", "floor", "ceil", "round-nearest-afz", "round-nearest-even",
 
 
 @RULES.rule(*IDEMPOTENT)
-def idempotent_twice(instr, ctx):
+def idempotent_twice(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     return x if x.opcode == instr.opcode else None
 
 
 @RULES.rule("floor", "ceil", "round-nearest-afz", "round-nearest-even")
-def rounding_of_rounded(instr, ctx):
+def rounding_of_rounded(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """floor(ceil(x)) == ceil(x): a value already integral is left alone by any rounding."""
     (x,) = instr.operands
     return x if x.opcode in ("floor", "ceil", "round-nearest-afz", "round-nearest-even") else None
 
 
 @RULES.rule("abs")
-def abs_of_negate(instr, ctx):
+def abs_of_negate(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     if x.opcode == "negate":
         return ctx.add("abs", [x.operands[0]], instr.shape, like=instr)
@@ -217,7 +218,7 @@ def abs_of_negate(instr, ctx):
 
 
 @RULES.rule("maximum", "minimum", "and", "or")
-def idempotent_binary(instr, ctx):
+def idempotent_binary(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, y = instr.operands
     return x if x is y else None
 
@@ -225,7 +226,7 @@ def idempotent_binary(instr, ctx):
 # --- bitwise and logical -------------------------------------------------------------------
 
 @RULES.rule("and")
-def and_constants(instr, ctx):
+def and_constants(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     if not is_integral(instr):
         return None
     for x, c in commuted(instr):
@@ -237,7 +238,7 @@ def and_constants(instr, ctx):
 
 
 @RULES.rule("or")
-def or_constants(instr, ctx):
+def or_constants(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     if not is_integral(instr):
         return None
     for x, c in commuted(instr):
@@ -249,7 +250,7 @@ def or_constants(instr, ctx):
 
 
 @RULES.rule("xor")
-def xor_zero(instr, ctx):
+def xor_zero(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     for x, c in commuted(instr):
         if is_integral(instr) and is_value(c, 0):
             return x
@@ -257,7 +258,7 @@ def xor_zero(instr, ctx):
 
 
 @RULES.rule("compare")
-def compare_self_integer(instr, ctx):
+def compare_self_integer(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, y = instr.operands
     if x is not y or not is_integral(x):
         return None
@@ -266,7 +267,7 @@ def compare_self_integer(instr, ctx):
 
 
 @RULES.rule("select")
-def select_known(instr, ctx):
+def select_known(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     p, a, b = instr.operands
     if a is b:
         return a
@@ -279,7 +280,7 @@ def select_known(instr, ctx):
 # --- conversions -----------------------------------------------------------------------------
 
 @RULES.rule("convert")
-def convert_to_same_type(instr, ctx):
+def convert_to_same_type(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     return x if x.shape.compatible(instr.shape) else None
 
@@ -301,13 +302,13 @@ def _widening_is_lossless(src, mid) -> bool:
 
 
 @RULES.rule("convert")
-def convert_round_trip(instr, ctx):
+def convert_round_trip(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """convert(convert(x, wider), original) == x when the widening loses nothing."""
     (mid,) = instr.operands
     if mid.opcode != "convert":
         return None
     (x,) = mid.operands
-    if x.shape.compatible(instr.shape) and _widening_is_lossless(x.shape.dtype, mid.shape.dtype):
+    if x.shape.compatible(instr.shape) and _widening_is_lossless(x.array_shape.dtype, mid.array_shape.dtype):
         return x
     return None
 
@@ -315,17 +316,17 @@ def convert_round_trip(instr, ctx):
 # --- data movement ----------------------------------------------------------------------------
 
 @RULES.rule("reshape", "bitcast", "copy")
-def same_shape_no_op(instr, ctx):
+def same_shape_no_op(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     if not x.shape.compatible(instr.shape):
         return None
-    if instr.opcode in ("bitcast", "copy") and x.shape.minor_to_major != instr.shape.minor_to_major:
+    if instr.opcode in ("bitcast", "copy") and x.array_shape.minor_to_major != instr.array_shape.minor_to_major:
         return None   # a layout change: a later bitcast may depend on it
     return x
 
 
 @RULES.rule("reshape")
-def reshape_of_reshape(instr, ctx):
+def reshape_of_reshape(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     if x.opcode == "reshape":
         return ctx.add("reshape", [x.operands[0]], instr.shape, like=instr)
@@ -333,23 +334,23 @@ def reshape_of_reshape(instr, ctx):
 
 
 @RULES.rule("reshape", "transpose", "slice", "reverse")
-def movement_of_scalar_broadcast(instr, ctx):
+def movement_of_scalar_broadcast(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """Reshaping, transposing, slicing or reversing a splat is a smaller splat."""
     (x,) = instr.operands
-    if x.opcode == "broadcast" and x.operands[0].shape.rank == 0:
+    if x.opcode == "broadcast" and x.operands[0].array_shape.rank == 0:
         return ctx.add("broadcast", [x.operands[0]], instr.shape, {"dimensions": ()}, like=instr)
     return None
 
 
 @RULES.rule("transpose")
-def identity_transpose(instr, ctx):
+def identity_transpose(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     dims = tuple(instr.attrs["dimensions"])
     return x if dims == tuple(range(len(dims))) else None
 
 
 @RULES.rule("transpose")
-def transpose_of_transpose(instr, ctx):
+def transpose_of_transpose(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     if x.opcode != "transpose":
         return None
@@ -361,7 +362,7 @@ def transpose_of_transpose(instr, ctx):
 
 
 @RULES.rule("broadcast")
-def identity_broadcast(instr, ctx):
+def identity_broadcast(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     dims = tuple(instr.attrs["dimensions"])
     if same_dims(x, instr) and dims == tuple(range(len(dims))):
@@ -370,7 +371,7 @@ def identity_broadcast(instr, ctx):
 
 
 @RULES.rule("broadcast")
-def broadcast_of_broadcast(instr, ctx):
+def broadcast_of_broadcast(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     if x.opcode != "broadcast":
         return None
@@ -380,19 +381,19 @@ def broadcast_of_broadcast(instr, ctx):
 
 
 @RULES.rule("slice")
-def full_slice(instr, ctx):
+def full_slice(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     return x if same_dims(x, instr) else None
 
 
 @RULES.rule("slice")
-def slice_of_slice(instr, ctx):
+def slice_of_slice(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """Element k of slice(slice(x)) is x[inner.start + (outer.start + k*outer.stride) * inner.stride]."""
     (x,) = instr.operands
     if x.opcode != "slice":
         return None
     composed = []
-    for inner, outer, count in zip(x.attrs["slice"], instr.attrs["slice"], instr.shape.dims):
+    for inner, outer, count in zip(x.attrs["slice"], instr.attrs["slice"], instr.array_shape.dims):
         start = inner.start + outer.start * inner.stride
         stride = inner.stride * outer.stride
         composed.append(SliceDim(start, start + (count - 1) * stride + 1 if count else start, stride))
@@ -400,7 +401,7 @@ def slice_of_slice(instr, ctx):
 
 
 @RULES.rule("slice")
-def slice_of_concatenate(instr, ctx):
+def slice_of_concatenate(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """A slice that lies inside one operand of a concatenate is a slice of that operand."""
     (x,) = instr.operands
     if x.opcode != "concatenate":
@@ -409,7 +410,7 @@ def slice_of_concatenate(instr, ctx):
     s = instr.attrs["slice"][axis]
     offset = 0
     for operand in x.operands:
-        size = operand.shape.dims[axis]
+        size = operand.array_shape.dims[axis]
         if offset <= s.start and s.limit <= offset + size:
             spec = list(instr.attrs["slice"])
             spec[axis] = SliceDim(s.start - offset, s.limit - offset, s.stride)
@@ -419,7 +420,7 @@ def slice_of_concatenate(instr, ctx):
 
 
 @RULES.rule("pad")
-def no_op_pad(instr, ctx):
+def no_op_pad(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x = instr.operands[0]
     if all(p.low == 0 and p.high == 0 and p.interior == 0 for p in instr.attrs["padding"]):
         return x
@@ -427,9 +428,9 @@ def no_op_pad(instr, ctx):
 
 
 @RULES.rule("reverse")
-def trivial_reverse(instr, ctx):
+def trivial_reverse(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
-    if all(x.shape.dims[d] <= 1 for d in instr.attrs["dimensions"]):
+    if all(x.array_shape.dims[d] <= 1 for d in instr.attrs["dimensions"]):
         return x
     if x.opcode == "reverse" and sorted(x.attrs["dimensions"]) == sorted(instr.attrs["dimensions"]):
         return x.operands[0]
@@ -437,9 +438,9 @@ def trivial_reverse(instr, ctx):
 
 
 @RULES.rule("concatenate")
-def concatenate_trivial(instr, ctx):
+def concatenate_trivial(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (axis,) = instr.attrs["dimensions"]
-    kept = [o for o in instr.operands if o.shape.dims[axis] > 0]
+    kept = [o for o in instr.operands if o.array_shape.dims[axis] > 0]
     if len(kept) == 1:
         return kept[0]
     if len(kept) < len(instr.operands) and kept:
@@ -448,7 +449,7 @@ def concatenate_trivial(instr, ctx):
 
 
 @RULES.rule("concatenate")
-def concatenate_flatten(instr, ctx):
+def concatenate_flatten(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """concatenate(concatenate(a, b), c) along one dimension is concatenate(a, b, c): a
     DenseNet block's features, concatenated one layer at a time, become one concatenate
     whose elements each read one operand instead of passing every level."""
@@ -463,7 +464,7 @@ def concatenate_flatten(instr, ctx):
 
 
 @RULES.rule("dynamic-slice")
-def dynamic_slice_constant_starts(instr, ctx):
+def dynamic_slice_constant_starts(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """With constant starts, the clamping XLA does at run time can be done now: a static slice."""
     x, *starts = instr.operands
     values = [uniform_value(s) for s in starts]
@@ -471,7 +472,7 @@ def dynamic_slice_constant_starts(instr, ctx):
         return None
     sizes = instr.attrs["dynamic_slice_sizes"]
     spec = []
-    for v, size, dim in zip(values, sizes, x.shape.dims):
+    for v, size, dim in zip(values, sizes, x.array_shape.dims):
         start = int(min(max(int(v), 0), dim - size))
         spec.append(SliceDim(start, start + size, 1))
     return ctx.add("slice", [x], instr.shape, {"slice": tuple(spec)}, like=instr)
@@ -488,19 +489,19 @@ BINARY_ELEMENTWISE = ("add", "subtract", "multiply", "divide", "remainder", "pow
 
 
 @RULES.rule(*UNARY_ELEMENTWISE)
-def unary_of_broadcast(instr, ctx):
+def unary_of_broadcast(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """f(broadcast(x)) == broadcast(f(x)), computed on the smaller array."""
     (b,) = instr.operands
-    if b.opcode != "broadcast" or b.operands[0].shape.size >= b.shape.size:
+    if b.opcode != "broadcast" or b.operands[0].array_shape.size >= b.array_shape.size:
         return None
     x = b.operands[0]
-    inner = ctx.add(instr.opcode, [x], ArrayShape(instr.shape.dtype, x.shape.dims), dict(instr.semantic_attrs()),
-                    like=instr)
+    inner = ctx.add(instr.opcode, [x], ArrayShape(instr.array_shape.dtype, x.array_shape.dims),
+                    dict(instr.semantic_attrs()), like=instr)
     return ctx.add("broadcast", [inner], instr.shape, {"dimensions": b.attrs["dimensions"]}, like=instr)
 
 
 @RULES.rule(*BINARY_ELEMENTWISE)
-def binary_of_broadcasts(instr, ctx):
+def binary_of_broadcasts(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """op(broadcast(a), broadcast(b)) with the same mapping == broadcast(op(a, b))."""
     a, b = instr.operands
     if a.opcode != "broadcast" or b.opcode != "broadcast":
@@ -508,8 +509,8 @@ def binary_of_broadcasts(instr, ctx):
     if a.attrs["dimensions"] != b.attrs["dimensions"] or not same_dims(a.operands[0], b.operands[0]):
         return None
     x, y = a.operands[0], b.operands[0]
-    inner = ctx.add(instr.opcode, [x, y], ArrayShape(instr.shape.dtype, x.shape.dims), dict(instr.semantic_attrs()),
-                    like=instr)
+    inner = ctx.add(instr.opcode, [x, y], ArrayShape(instr.array_shape.dtype, x.array_shape.dims),
+                    dict(instr.semantic_attrs()), like=instr)
     return ctx.add("broadcast", [inner], instr.shape, {"dimensions": a.attrs["dimensions"]}, like=instr)
 
 
@@ -528,7 +529,7 @@ _IDENTITIES = {
 }
 
 
-def all_ones_of(dt):
+def all_ones_of(dt: ElementType) -> int:
     return -1 if dt.is_signed else (1 << dt.bits) - 1
 
 
@@ -544,23 +545,23 @@ def _reducer_opcode(comp) -> str | None:
 
 
 @RULES.rule("reduce")
-def reduce_of_unit_dims(instr, ctx):
+def reduce_of_unit_dims(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """Reducing only dimensions of size 1 with the reducer's identity as init is a reshape."""
     if len(instr.operands) != 2:
         return None
     x, init = instr.operands
     dims = instr.attrs["dimensions"]
-    if any(x.shape.dims[d] != 1 for d in dims):
+    if any(x.array_shape.dims[d] != 1 for d in dims):
         return None
     opcode = _reducer_opcode(instr.attrs["to_apply"])
     v = uniform_value(init)
-    if opcode not in _IDENTITIES or v is None or not _IDENTITIES[opcode](v, init.shape.dtype):
+    if opcode not in _IDENTITIES or v is None or not _IDENTITIES[opcode](v, init.array_shape.dtype):
         return None
     return ctx.add("reshape", [x], instr.shape, like=instr)
 
 
 @RULES.rule("dot")
-def dot_of_transpose(instr, ctx):
+def dot_of_transpose(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """dot(transpose(a), b): contract over a's own dimensions instead, when the free
     dimensions keep their order (so the result needs no transpose)."""
     attrs = instr.attrs
@@ -572,7 +573,7 @@ def dot_of_transpose(instr, ctx):
         prefix = "lhs" if side == 0 else "rhs"
         batch = attrs.get(f"{prefix}_batch_dims", ())
         contract = attrs.get(f"{prefix}_contracting_dims", ())
-        free = [d for d in range(t.shape.rank) if d not in batch and d not in contract]
+        free = [d for d in range(t.array_shape.rank) if d not in batch and d not in contract]
         mapped_free = [perm[d] for d in free]
         if mapped_free != sorted(mapped_free):
             continue
@@ -583,7 +584,7 @@ def dot_of_transpose(instr, ctx):
             new_attrs.pop(f"{prefix}_batch_dims", None)
         operands = list(instr.operands)
         operands[side] = t.operands[0]
-        if not is_canonical(operands[0].shape, operands[1].shape, new_attrs):
+        if not is_canonical(operands[0].array_shape, operands[1].array_shape, new_attrs):
             continue   # the canonicalizer would put the transpose back
         return ctx.add("dot", operands, instr.shape, new_attrs, like=instr)
     return None

@@ -1,6 +1,8 @@
 """Call inlining: replace each `call` by a copy of the computation it calls."""
 from __future__ import annotations
 
+from typing import cast
+
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
@@ -13,7 +15,7 @@ def inline_computation(module: HloModule, caller: HloComputation, callee: HloCom
     mapping: dict[int, HloInstruction] = {}
     for instr in callee.post_order():
         if instr.opcode == "parameter":
-            mapping[id(instr)] = operands[instr.parameter_number]
+            mapping[id(instr)] = operands[cast(int, instr.parameter_number)]
             continue
         copy = HloInstruction(module.fresh_name(instr.name), instr.opcode, instr.shape,
                               [mapping[id(o)] for o in instr.operands], dict(instr.attrs),

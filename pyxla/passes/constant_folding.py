@@ -41,7 +41,7 @@ def constant_folding(module: HloModule) -> bool:
             if instr.parent is not comp or not _foldable(instr):
                 continue
             value = op_def(instr.opcode).evaluate(instr, [o.literal for o in instr.operands], ctx)
-            value = np.asarray(value, dtype=instr.shape.dtype.np_dtype).reshape(instr.shape.dims)
+            value = np.asarray(value, dtype=instr.array_shape.dtype.np_dtype).reshape(instr.array_shape.dims)
             folded = comp.add_instruction(
                 type(instr)(module.fresh_name("constant"), "constant", instr.shape,
                             attrs={k: v for k, v in instr.attrs.items() if k == "metadata"},

@@ -4,7 +4,7 @@ transposes that this takes moved out of the way.
 A model imported from ONNX or PyTorch computes its convolutions with the features before
 the spatial dimensions (NCHW). The convolution kernels read features-last pixels: each
 pixel's input features one contiguous run, each output pixel's features written as whole
-vectors (conv_tiles.py). Given NCHW they copy the input to NHWC and write their output back
+vectors (backends/cpu/conv/tiles.py). Given NCHW they copy the input to NHWC and write their output back
 plane by plane, around every convolution of the model. This pass gives each such
 convolution NHWC input and output instead, between a transpose of its input and one of its
 result, and then sinks every transpose toward the outputs (below elementwise ops, pools,
@@ -21,7 +21,7 @@ border on every call (Inception v2 16.5 -> 16.0 ms, VGG-19 132 -> 131, ResNet-50
 in one process).
 
 Left in NCHW: grouped convolutions, whose kernels read feature planes (depthwise ones,
-conv_depthwise.py; ShuffleNet's grouped 1x1 ones, conv_planes.py: ShuffleNet ran 2.8 ->
+backends/cpu/conv/depthwise.py; ShuffleNet's grouped 1x1 ones, backends/cpu/conv/planes.py: ShuffleNet ran 2.8 ->
 4.6 ms with them NHWC). A colour stem (3 features under 3x3) writes NHWC too: the tiles
 over a features-last image beat conv_planes' window planes over an NCHW one (SqueezeNet's
 3x3 stride 2: 603 -> 223 us). A padded one reads its image as it is, though (at most
@@ -41,7 +41,7 @@ from ..hlo.shape import ArrayShape
 from .algebraic_simplifier import BINARY_ELEMENTWISE, UNARY_ELEMENTWISE, identity_transpose, transpose_of_transpose
 from .dce import remove_dead_instructions
 from .hlo_pass import hlo_pass
-from .rewrite import RuleTable, apply_rules
+from .rewrite import RewriteContext, RuleTable, apply_rules
 
 CONVOLUTIONS = RuleTable("convolution-layout")
 SINKING = RuleTable("transpose-sinking")
@@ -62,16 +62,17 @@ def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _transpose(ctx, x: HloInstruction, perm: tuple[int, ...], like: HloInstruction) -> HloInstruction:
-    return ctx.add("transpose", [x], _permuted(x.shape, perm), {"dimensions": tuple(perm)}, like=like)
+    return ctx.add("transpose", [x], _permuted(x.array_shape, perm), {"dimensions": tuple(perm)}, like=like)
 
 
 def _wants_features_last(conv: HloInstruction, dn: ConvDimensionNumbers) -> bool:
     """A floating-point convolution of one group with NCHW-like input and output."""
-    if not conv.shape.dtype.is_float or not dn.input_spatial or \
+    if not conv.array_shape.dtype.is_float or not dn.input_spatial or \
             conv.attrs.get("batch_group_count", 1) != 1 or conv.attrs.get("feature_group_count", 1) != 1:
         return False
-    return features_first(conv.operands[0].shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial) is True \
-        and features_first(conv.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is True
+    return features_first(conv.operands[0].array_shape.rank, dn.input_batch, dn.input_feature,
+                          dn.input_spatial) is True \
+        and features_first(conv.array_shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is True
 
 
 def _copies_its_input(conv: HloInstruction) -> bool:
@@ -81,7 +82,7 @@ def _copies_its_input(conv: HloInstruction) -> bool:
 
 
 @CONVOLUTIONS.rule("convolution")
-def features_last_convolution(conv, ctx):
+def features_last_convolution(conv: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """conv(x) over NCHW == transpose(conv'(transpose(x))) with conv' over NHWC."""
     dn: ConvDimensionNumbers = conv.attrs["dim_labels"]
     if not _wants_features_last(conv, dn):
@@ -93,11 +94,12 @@ def features_last_convolution(conv, ctx):
                                 dn.kernel_output_feature, dn.kernel_spatial, 0, spatial + 1,
                                 tuple(range(1, spatial + 1)))
     to_output = (dn.output_batch, *dn.output_spatial, dn.output_feature)
-    if x.shape.dims[dn.input_feature] <= FEW_FEATURES and _copies_its_input(conv):   # a colour image: read as it is
+    # a colour image: read as it is
+    if x.array_shape.dims[dn.input_feature] <= FEW_FEATURES and _copies_its_input(conv):
         nhwc = replace(nhwc, input_batch=dn.input_batch, input_feature=dn.input_feature, input_spatial=dn.input_spatial)
     else:
         x = _transpose(ctx, x, to_input, conv)
-    inner = ctx.add("convolution", [x, kernel], _permuted(conv.shape, to_output),
+    inner = ctx.add("convolution", [x, kernel], _permuted(conv.array_shape, to_output),
                     dict(conv.semantic_attrs(), dim_labels=nhwc), like=conv)
     return _transpose(ctx, inner, _inverse(to_output), conv)
 
@@ -113,17 +115,18 @@ def _unpermuted(o: HloInstruction, perm: tuple[int, ...], ctx) -> HloInstruction
         dims = tuple(perm[d] for d in o.attrs["dimensions"])
         if list(dims) != sorted(dims):
             return None
-        return ctx.add("broadcast", [o.operands[0]], _permuted(o.shape, _inverse(perm)), {"dimensions": dims},
+        return ctx.add("broadcast", [o.operands[0]], _permuted(o.array_shape, _inverse(perm)), {"dimensions": dims},
                        like=o)
     return None
 
 
 def _transposed_operand(instr: HloInstruction) -> HloInstruction | None:
-    return next((o for o in instr.operands if o.opcode == "transpose" and o.shape.rank == instr.shape.rank), None)
+    return next((o for o in instr.operands
+                 if o.opcode == "transpose" and o.array_shape.rank == instr.array_shape.rank), None)
 
 
 @SINKING.rule(*UNARY_ELEMENTWISE, *BINARY_ELEMENTWISE, "select", "clamp")
-def elementwise_of_transposes(instr, ctx):
+def elementwise_of_transposes(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """f(transpose(x), transpose(y), broadcast(b)) == transpose(f(x, y, broadcast'(b)))."""
     t = _transposed_operand(instr)
     if t is None:
@@ -131,42 +134,46 @@ def elementwise_of_transposes(instr, ctx):
     perm = tuple(t.attrs["dimensions"])
     operands = []
     for o in instr.operands:
-        inner = o if o.shape.rank == 0 else _unpermuted(o, perm, ctx)   # clamp's scalar bounds
+        inner = o if o.array_shape.rank == 0 else _unpermuted(o, perm, ctx)   # clamp's scalar bounds
         if inner is None:
             return None
         operands.append(inner)
-    inner = ctx.add(instr.opcode, operands, _permuted(instr.shape, _inverse(perm)), dict(instr.semantic_attrs()),
+    inner = ctx.add(instr.opcode, operands, _permuted(instr.array_shape, _inverse(perm)), dict(instr.semantic_attrs()),
                     like=instr)
     return _transpose(ctx, inner, perm, instr)
 
 
 @SINKING.rule("reduce-window")
-def pool_of_transpose(instr, ctx):
+def pool_of_transpose(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """A window over transpose(x) is the permuted window over x."""
-    x, init = instr.operands if len(instr.operands) == 2 else (None, None)
-    if x is None or x.opcode != "transpose":
+    if len(instr.operands) != 2:
+        return None
+    x, init = instr.operands
+    if x.opcode != "transpose":
         return None
     perm = tuple(x.attrs["dimensions"])
     window = instr.attrs["window"]
     inner_window = tuple(window[i] for i in _inverse(perm))
-    inner = ctx.add("reduce-window", [x.operands[0], init], _permuted(instr.shape, _inverse(perm)),
+    inner = ctx.add("reduce-window", [x.operands[0], init], _permuted(instr.array_shape, _inverse(perm)),
                     dict(instr.semantic_attrs(), window=inner_window), like=instr)
     return _transpose(ctx, inner, perm, instr)
 
 
 @SINKING.rule("reduce")
-def reduce_of_transpose(instr, ctx):
+def reduce_of_transpose(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """Reducing transpose(x) over some dimensions is reducing x over theirs, then
     transposing what is left only if its order changed (a global pool's [N, C]: it does not)."""
-    x, init = instr.operands if len(instr.operands) == 2 else (None, None)
-    if x is None or x.opcode != "transpose":
+    if len(instr.operands) != 2:
+        return None
+    x, init = instr.operands
+    if x.opcode != "transpose":
         return None
     perm = tuple(x.attrs["dimensions"])
     reduced = set(instr.attrs["dimensions"])
     inner_reduced = tuple(sorted(perm[d] for d in reduced))
     kept = [perm[d] for d in range(len(perm)) if d not in reduced]      # x's dims, in the result's order
     inner_kept = sorted(kept)
-    inner_shape = ArrayShape(instr.shape.dtype, tuple(x.operands[0].shape.dims[d] for d in inner_kept))
+    inner_shape = ArrayShape(instr.array_shape.dtype, tuple(x.operands[0].array_shape.dims[d] for d in inner_kept))
     inner = ctx.add("reduce", [x.operands[0], init], inner_shape,
                     dict(instr.semantic_attrs(), dimensions=inner_reduced), like=instr)
     order = tuple(inner_kept.index(d) for d in kept)
@@ -174,7 +181,7 @@ def reduce_of_transpose(instr, ctx):
 
 
 @SINKING.rule("concatenate")
-def concatenate_of_transposes(instr, ctx):
+def concatenate_of_transposes(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """Concatenating transposes by one permutation is transposing the concatenation. When
     at least half of the operands are such transposes, the others (the pool before
     DenseNet's first block) are transposed the other way to join them."""
@@ -188,20 +195,20 @@ def concatenate_of_transposes(instr, ctx):
     operands = [o.operands[0] if m else _transpose(ctx, o, _inverse(perm), instr)
                 for o, m in zip(instr.operands, moved)]
     (axis,) = instr.attrs["dimensions"]
-    inner = ctx.add("concatenate", operands, _permuted(instr.shape, _inverse(perm)),
+    inner = ctx.add("concatenate", operands, _permuted(instr.array_shape, _inverse(perm)),
                     dict(instr.semantic_attrs(), dimensions=(perm[axis],)), like=instr)
     return _transpose(ctx, inner, perm, instr)
 
 
 @SINKING.rule("pad")
-def pad_of_transpose(instr, ctx):
+def pad_of_transpose(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """Padding transpose(x) is padding x by the permuted widths."""
     x, value = instr.operands
     if x.opcode != "transpose":
         return None
     perm = tuple(x.attrs["dimensions"])
     padding = instr.attrs["padding"]
-    inner = ctx.add("pad", [x.operands[0], value], _permuted(instr.shape, _inverse(perm)),
+    inner = ctx.add("pad", [x.operands[0], value], _permuted(instr.array_shape, _inverse(perm)),
                     dict(instr.semantic_attrs(), padding=tuple(padding[i] for i in _inverse(perm))), like=instr)
     return _transpose(ctx, inner, perm, instr)
 
@@ -219,14 +226,14 @@ def _product_of_convolution(x: HloInstruction, depth: int = 8) -> bool:
         return False
     if x.opcode == "convolution":
         dn = x.attrs["dim_labels"]
-        return features_first(x.shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is False
+        return features_first(x.array_shape.rank, dn.output_batch, dn.output_feature, dn.output_spatial) is False
     if x.opcode not in UNARY_ELEMENTWISE and x.opcode not in BINARY_ELEMENTWISE:
         return False
-    return any(o.shape.dims == x.shape.dims and _product_of_convolution(o, depth - 1) for o in x.operands)
+    return any(o.array_shape.dims == x.array_shape.dims and _product_of_convolution(o, depth - 1) for o in x.operands)
 
 
 @PADDED_INPUTS.rule("convolution")
-def padded_input(conv, ctx):
+def padded_input(conv: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """conv(x) with its window padded == conv'(pad(x)) unpadded, when x is another
     features-last convolution's result used by nothing else: the fusion pass lets that
     convolution write its result inside the zero border (an output fusion ending in the
@@ -235,19 +242,20 @@ def padded_input(conv, ctx):
     dn: ConvDimensionNumbers = conv.attrs["dim_labels"]
     window = conv.attrs["window"]
     x, kernel = conv.operands
-    if not conv.shape.dtype.is_float or not window or \
-            features_first(x.shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial) is not False or \
+    if not conv.array_shape.dtype.is_float or not window or \
+            features_first(x.array_shape.rank, dn.input_batch, dn.input_feature, dn.input_spatial) is not False or \
             not any(w.pad_low > 0 or w.pad_high > 0 for w in window) or \
             any(w.pad_low < 0 or w.pad_high < 0 or w.lhs_dilate != 1 for w in window) or \
             not _product_of_convolution(x):
         return None
-    padding = [PadDim(0, 0)] * x.shape.rank
-    dims = list(x.shape.dims)
+    padding = [PadDim(0, 0)] * x.array_shape.rank
+    dims = list(x.array_shape.dims)
     for d, w in zip(dn.input_spatial, window):
         padding[d] = PadDim(w.pad_low, w.pad_high)
         dims[d] += w.pad_low + w.pad_high
-    zero = ctx.constant(0, ArrayShape(x.shape.dtype, ()), like=conv)
-    padded = ctx.add("pad", [x, zero], ArrayShape(x.shape.dtype, tuple(dims)), {"padding": tuple(padding)}, like=conv)
+    zero = ctx.constant(0, ArrayShape(x.array_shape.dtype, ()), like=conv)
+    padded = ctx.add("pad", [x, zero], ArrayShape(x.array_shape.dtype, tuple(dims)), {"padding": tuple(padding)},
+                     like=conv)
     unpadded = tuple(replace(w, pad_low=0, pad_high=0) for w in window)
     return ctx.add("convolution", [padded, kernel], conv.shape, dict(conv.semantic_attrs(), window=unpadded), like=conv)
 

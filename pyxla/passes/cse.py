@@ -6,6 +6,10 @@ literal bits. Side-effecting and random ops are never merged.
 """
 from __future__ import annotations
 
+from typing import Any, Hashable
+
+from ..hlo.computation import HloComputation
+from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import has_side_effects
 from .hlo_pass import hlo_pass
@@ -26,10 +30,10 @@ class StructureKeys:
     two reduces apart. Keys of computations are memoised for one pass run (a computation
     changed by a later pass gets a new StructureKeys)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._computations: dict[int, tuple] = {}
 
-    def attr(self, value):
+    def attr(self, value: Any) -> Hashable:
         if isinstance(value, dict):
             return tuple(sorted((k, self.attr(v)) for k, v in value.items()))
         if isinstance(value, (list, tuple)):
@@ -38,7 +42,7 @@ class StructureKeys:
             return self.computation(value)
         return value
 
-    def computation(self, comp) -> tuple:
+    def computation(self, comp: HloComputation) -> tuple:
         if id(comp) not in self._computations:
             order = comp.post_order()
             position = {id(i): n for n, i in enumerate(order)}
@@ -47,7 +51,7 @@ class StructureKeys:
                  self.attr(i.semantic_attrs()), _literal_key(i)) for i in order) + (position[id(comp.root)],)
         return self._computations[id(comp)]
 
-    def instruction(self, instr) -> tuple:
+    def instruction(self, instr: HloInstruction) -> tuple:
         return (instr.opcode, instr.shape, tuple(id(o) for o in instr.operands),
                 self.attr(instr.semantic_attrs()), _literal_key(instr))
 
@@ -58,7 +62,7 @@ def common_subexpression_elimination(module: HloModule) -> bool:
     changed = False
     keys = StructureKeys()
     for comp in module.computations:
-        seen = {}
+        seen: dict[tuple, HloInstruction] = {}
         for instr in comp.post_order():
             if instr.opcode in ("parameter", "rng-bit-generator", "rng") or has_side_effects(instr):
                 continue

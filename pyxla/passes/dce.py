@@ -1,14 +1,16 @@
 """Dead code elimination: drop instructions nothing needs, and computations nothing calls."""
 from __future__ import annotations
 
+from ..hlo.computation import HloComputation
 from ..hlo.module import HloModule
 from ..hlo.ops import has_side_effects
 from .hlo_pass import hlo_pass
 
 
-def remove_dead_instructions(comp) -> bool:
+def remove_dead_instructions(comp: HloComputation) -> bool:
     """Drop instructions of `comp` that do not reach ROOT and have no side effects."""
     live: set[int] = set()
+    assert comp.root is not None, f"computation {comp.name} has no ROOT"
     stack = [comp.root] + [i for i in comp.instructions if has_side_effects(i) or i.opcode == "parameter"]
     while stack:
         instr = stack.pop()

@@ -19,7 +19,7 @@ from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape
 from .hlo_pass import hlo_pass
-from .rewrite import RuleTable, apply_rules
+from .rewrite import RewriteContext, RuleTable, apply_rules
 
 RULES = RuleTable("dot-canonical")
 
@@ -36,65 +36,65 @@ def is_canonical(lhs: ArrayShape, rhs: ArrayShape, attrs: dict) -> bool:
 def _operand_to(ctx, x: HloInstruction, batch, middle, last, like) -> HloInstruction:
     """x transposed to (batch, middle, last) and reshaped to (batch..., prod(middle), prod(last))."""
     perm = tuple(batch) + tuple(middle) + tuple(last)
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     if perm != tuple(range(len(perm))):
-        x = ctx.add("transpose", [x], ArrayShape(x.shape.dtype, tuple(dims[d] for d in perm)),
+        x = ctx.add("transpose", [x], ArrayShape(x.array_shape.dtype, tuple(dims[d] for d in perm)),
                     {"dimensions": perm}, like=like)
     new_dims = tuple(dims[d] for d in batch)
     if middle:
         new_dims += (prod(dims[d] for d in middle),)
     new_dims += (prod(dims[d] for d in last),) if last else ()
-    if new_dims != x.shape.dims:
-        x = ctx.add("reshape", [x], ArrayShape(x.shape.dtype, new_dims), like=like)
+    if new_dims != x.array_shape.dims:
+        x = ctx.add("reshape", [x], ArrayShape(x.array_shape.dtype, new_dims), like=like)
     return x
 
 
 @RULES.rule("dot")
-def canonicalize_dot(instr, ctx):
+def canonicalize_dot(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     lhs, rhs = instr.operands
     attrs = instr.attrs
-    if is_canonical(lhs.shape, rhs.shape, attrs):
+    if is_canonical(lhs.array_shape, rhs.array_shape, attrs):
         return None
     lb, rb = tuple(attrs.get("lhs_batch_dims", ())), tuple(attrs.get("rhs_batch_dims", ()))
     lc, rc = tuple(attrs.get("lhs_contracting_dims", ())), tuple(attrs.get("rhs_contracting_dims", ()))
-    lfree = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
-    rfree = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    lfree = [d for d in range(lhs.array_shape.rank) if d not in lb and d not in lc]
+    rfree = [d for d in range(rhs.array_shape.rank) if d not in rb and d not in rc]
     if not lc:   # an outer product: contract over a new dimension of size 1
         return None
     b = len(lb)
     new_lhs = _operand_to(ctx, lhs, lb, lfree, lc, instr)
     new_rhs = _operand_to(ctx, rhs, rb, rc, rfree, instr)   # (batch, K, N)
     k_rhs = b
-    out_dims = tuple(lhs.shape.dims[d] for d in lb)
+    out_dims = tuple(lhs.array_shape.dims[d] for d in lb)
     if lfree:
-        out_dims += (prod(lhs.shape.dims[d] for d in lfree),)
+        out_dims += (prod(lhs.array_shape.dims[d] for d in lfree),)
     if rfree:
-        out_dims += (prod(rhs.shape.dims[d] for d in rfree),)
+        out_dims += (prod(rhs.array_shape.dims[d] for d in rfree),)
     new_attrs = {k: v for k, v in attrs.items() if not k.endswith("_dims")}
     new_attrs.update({"lhs_batch_dims": tuple(range(b)), "rhs_batch_dims": tuple(range(b)),
-                      "lhs_contracting_dims": (new_lhs.shape.rank - 1,), "rhs_contracting_dims": (k_rhs,)})
+                      "lhs_contracting_dims": (new_lhs.array_shape.rank - 1,), "rhs_contracting_dims": (k_rhs,)})
     if not b:
         del new_attrs["lhs_batch_dims"], new_attrs["rhs_batch_dims"]
-    dot = ctx.add("dot", [new_lhs, new_rhs], ArrayShape(instr.shape.dtype, out_dims), new_attrs, like=instr)
-    if out_dims == instr.shape.dims:
+    dot = ctx.add("dot", [new_lhs, new_rhs], ArrayShape(instr.array_shape.dtype, out_dims), new_attrs, like=instr)
+    if out_dims == instr.array_shape.dims:
         return dot
     return ctx.add("reshape", [dot], instr.shape, like=instr)
 
 
 @RULES.rule("dot")
-def keep_minor_dimension(instr, ctx):
+def keep_minor_dimension(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     """A canonical dot whose operand is transpose(x) moving x's minor dimension, where
     swapping the operand's two minor dimensions would keep it: that transpose, with the
     contracting dimension moved to the other of the two."""
     attrs = instr.attrs
-    if not is_canonical(instr.operands[0].shape, instr.operands[1].shape, attrs):
+    if not is_canonical(instr.operands[0].array_shape, instr.operands[1].array_shape, attrs):
         return None
     b = len(attrs.get("lhs_batch_dims", ()))
     new_attrs = dict(attrs)
     operands = list(instr.operands)
     for side, key in enumerate(("lhs_contracting_dims", "rhs_contracting_dims")):
         x = operands[side]
-        if x.opcode != "transpose" or x.shape.rank != b + 2:
+        if x.opcode != "transpose" or x.array_shape.rank != b + 2:
             continue
         perm = tuple(x.attrs["dimensions"])
         rank = len(perm)
@@ -105,7 +105,8 @@ def keep_minor_dimension(instr, ctx):
         if swapped == tuple(range(rank)):
             operands[side] = source
         else:
-            operands[side] = ctx.add("transpose", [source], ArrayShape(x.shape.dtype, tuple(source.shape.dims[d] for d in swapped)),
+            swapped_dims = tuple(source.array_shape.dims[d] for d in swapped)
+            operands[side] = ctx.add("transpose", [source], ArrayShape(x.array_shape.dtype, swapped_dims),
                                      {"dimensions": swapped}, like=x)
         new_attrs[key] = (2 * b + 1 - attrs[key][0],)
     if operands == list(instr.operands):

@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ..hlo.attributes import SliceDim
@@ -57,13 +59,13 @@ def _inv_std(e: _Emit, var, eps: float):
 
 
 @BATCH_NORM_RULES.rule("batch-norm-inference")
-def expand_inference(instr, ctx):
+def expand_inference(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, scale, offset, mean, var = instr.operands
     f, eps = instr.attrs["feature_index"], instr.attrs["epsilon"]
     e = _Emit(ctx, instr)
     factor = e.op("multiply", scale, _inv_std(e, var, eps))
-    centered = e.op("subtract", x, e.along(mean, x.shape, f))
-    return e.op("add", e.op("multiply", centered, e.along(factor, x.shape, f)), e.along(offset, x.shape, f))
+    centered = e.op("subtract", x, e.along(mean, x.array_shape, f))
+    return e.op("add", e.op("multiply", centered, e.along(factor, x.array_shape, f)), e.along(offset, x.array_shape, f))
 
 
 def _mean(e: _Emit, x, f: int):
@@ -73,43 +75,44 @@ def _mean(e: _Emit, x, f: int):
 
 
 @BATCH_NORM_RULES.rule("batch-norm-training")
-def expand_training(instr, ctx):
+def expand_training(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, scale, offset = instr.operands
     f, eps = instr.attrs["feature_index"], instr.attrs["epsilon"]
     e = _Emit(ctx, instr)
     mean, _ = _mean(e, x, f)
-    centered = e.op("subtract", x, e.along(mean, x.shape, f))
+    centered = e.op("subtract", x, e.along(mean, x.array_shape, f))
     var, _ = _mean(e, e.op("multiply", centered, centered), f)
     factor = e.op("multiply", scale, _inv_std(e, var, eps))
-    out = e.op("add", e.op("multiply", centered, e.along(factor, x.shape, f)), e.along(offset, x.shape, f))
+    out = e.op("add", e.op("multiply", centered, e.along(factor, x.array_shape, f)), e.along(offset, x.array_shape, f))
     return e.op("tuple", out, mean, var, shape=instr.shape)
 
 
 @BATCH_NORM_RULES.rule("batch-norm-grad")
-def expand_grad(instr, ctx):
+def expand_grad(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     x, scale, mean, var, dy = instr.operands
     f, eps = instr.attrs["feature_index"], instr.attrs["epsilon"]
     e = _Emit(ctx, instr)
-    n = x.shape.size // x.shape.dims[f] if x.shape.size else 1
+    n = x.array_shape.size // x.array_shape.dims[f] if x.array_shape.size else 1
     inv_std = _inv_std(e, var, eps)
-    centered = e.op("subtract", x, e.along(mean, x.shape, f))
-    normalized = e.op("multiply", centered, e.along(inv_std, x.shape, f))
+    centered = e.op("subtract", x, e.along(mean, x.array_shape, f))
+    normalized = e.op("multiply", centered, e.along(inv_std, x.array_shape, f))
     grad_offset = e.sum_except(dy, f, ctx.module)
     grad_scale = e.sum_except(e.op("multiply", dy, normalized), f, ctx.module)
     # grad_x = scale * inv_std / n * (n * dy - grad_offset - normalized * grad_scale)
     inner = e.op("subtract",
-                 e.op("subtract", e.op("multiply", dy, e.splat(float(n), x.shape)), e.along(grad_offset, x.shape, f)),
-                 e.op("multiply", normalized, e.along(grad_scale, x.shape, f)))
-    coeff = e.op("divide", e.op("multiply", scale, inv_std), e.splat(float(n), scale.shape))
-    grad_x = e.op("multiply", e.along(coeff, x.shape, f), inner)
+                 e.op("subtract", e.op("multiply", dy, e.splat(float(n), x.array_shape)),
+                      e.along(grad_offset, x.array_shape, f)),
+                 e.op("multiply", normalized, e.along(grad_scale, x.array_shape, f)))
+    coeff = e.op("divide", e.op("multiply", scale, inv_std), e.splat(float(n), scale.array_shape))
+    grad_x = e.op("multiply", e.along(coeff, x.array_shape, f), inner)
     return e.op("tuple", grad_x, grad_scale, grad_offset, shape=instr.shape)
 
 
 @LOGISTIC_RULES.rule("logistic")
-def expand_logistic(instr, ctx):
+def expand_logistic(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (x,) = instr.operands
     e = _Emit(ctx, instr)
-    one = e.splat(1.0, x.shape)
+    one = e.splat(1.0, x.array_shape)
     return e.op("divide", one, e.op("add", one, e.op("exponential", e.op("negate", x))))
 
 
@@ -117,11 +120,11 @@ RNG_RULES = RuleTable("rng-bit-generator-expander")
 
 
 @RNG_RULES.rule("rng-bit-generator")
-def expand_philox(instr, ctx):
+def expand_philox(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     if instr.attrs.get("algorithm", "rng_default") not in ("rng_default", "rng_philox"):
         return None
     (state,) = instr.operands
-    bits_shape: ArrayShape = instr.shape.elements[1]
+    bits_shape = cast(ArrayShape, instr.tuple_shape.elements[1])   # (new state, bits)
     width = bits_shape.dtype.bits
     if width not in (32, 64):
         return None
@@ -140,7 +143,7 @@ def expand_philox(instr, ctx):
         return (e.op("convert", x, shape=shape_u32),
                 e.op("convert", e.op("shift-right-logical", x, shift), shape=shape_u32))
 
-    n_state = state.shape.dims[0]
+    n_state = state.array_shape.dims[0]
     key, low = element(0), element(1)
     high = element(2) if n_state >= 3 else key   # a u64[2] state read backwards is the counter
     count = bits_shape.size

@@ -23,7 +23,7 @@ class HloPass:
         return bool(self.run(module))
 
 
-def hlo_pass(name: str):
+def hlo_pass(name: str) -> Callable[[Callable[[HloModule], bool]], HloPass]:
     """Turn `fn(module) -> bool` into an HloPass called `name`."""
     def wrap(fn: Callable[[HloModule], bool]) -> HloPass:
         return HloPass(name, fn, (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")

@@ -105,6 +105,7 @@ class _Instruments:
 
     def _dump(self, module: HloModule, name: str) -> None:
         from ..hlo.printer import print_module
+        assert self.dump_dir is not None
         (self.dump_dir / f"{self.step:03d}.{name}.hlo").write_text(print_module(module))
         self.step += 1
 

@@ -41,7 +41,7 @@ def reshape_to_bitcast(module: HloModule) -> bool:
             continue
         for instr in comp.instructions:
             if (instr.opcode == "reshape" and isinstance(instr.shape, ArrayShape)
-                    and is_bitcast(instr.operands[0].shape, instr.shape)):
+                    and is_bitcast(instr.operands[0].array_shape, instr.array_shape)):
                 instr.opcode = "bitcast"
                 changed = True
     return changed

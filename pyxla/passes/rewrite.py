@@ -21,7 +21,7 @@ from typing import Any, Callable
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
-from ..hlo.shape import Shape
+from ..hlo.shape import ArrayShape, Shape
 
 Rule = Callable[[HloInstruction, "RewriteContext"], "HloInstruction | None"]
 
@@ -32,7 +32,7 @@ class RuleTable:
         self.by_opcode: dict[str, list[Rule]] = defaultdict(list)
         self.all_rules: list[Rule] = []
 
-    def rule(self, *opcodes: str):
+    def rule(self, *opcodes: str) -> Callable[[Rule], Rule]:
         def register(fn: Rule) -> Rule:
             for opcode in opcodes:
                 self.by_opcode[opcode].append(fn)
@@ -60,7 +60,7 @@ class RewriteContext:
         instr = HloInstruction(self.module.fresh_name(opcode), opcode, shape, operands, attrs, literal=literal)
         return self.computation.add_instruction(instr)
 
-    def constant(self, value, shape: Shape, like: HloInstruction | None = None) -> HloInstruction:
+    def constant(self, value: Any, shape: ArrayShape, like: HloInstruction | None = None) -> HloInstruction:
         import numpy as np
         arr = np.asarray(value).astype(shape.dtype.np_dtype).reshape(shape.dims)
         return self.add("constant", [], shape, literal=arr, like=like)

@@ -2,15 +2,17 @@
 tuple(get-tuple-element(t, 0), ..., get-tuple-element(t, n-1)) is t."""
 from __future__ import annotations
 
+from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
+from ..hlo.shape import TupleShape
 from .hlo_pass import hlo_pass
-from .rewrite import RuleTable, apply_rules
+from .rewrite import RewriteContext, RuleTable, apply_rules
 
 RULES = RuleTable("tuple")
 
 
 @RULES.rule("get-tuple-element")
-def element_of_tuple(instr, ctx):
+def element_of_tuple(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     (operand,) = instr.operands
     if operand.opcode == "tuple":
         return operand.operands[instr.attrs["index"]]
@@ -18,13 +20,13 @@ def element_of_tuple(instr, ctx):
 
 
 @RULES.rule("tuple")
-def tuple_of_all_elements(instr, ctx):
+def tuple_of_all_elements(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     ops = instr.operands
     if not ops or any(o.opcode != "get-tuple-element" for o in ops):
         return None
     source = ops[0].operands[0]
     if all(o.operands[0] is source and o.attrs["index"] == i for i, o in enumerate(ops)) \
-            and source.shape.is_tuple and len(source.shape.elements) == len(ops):
+            and isinstance(source.shape, TupleShape) and len(source.shape.elements) == len(ops):
         return source
     return None
 

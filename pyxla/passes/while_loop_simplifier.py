@@ -52,9 +52,10 @@ def known_trip_count(loop: HloInstruction) -> int | None:
     init = loop.operands[0]
     cond: HloComputation = loop.attrs["condition"]
     body: HloComputation = loop.attrs["body"]
-    if init.opcode != "tuple" or body.root.opcode != "tuple":
+    body_root, cmp = body.root, cond.root
+    assert body_root is not None and cmp is not None
+    if init.opcode != "tuple" or body_root.opcode != "tuple":
         return None
-    cmp = cond.root
     if cmp.opcode != "compare":
         return None
     (cparam,) = cond.parameters
@@ -71,8 +72,8 @@ def known_trip_count(loop: HloInstruction) -> int | None:
         return None
     limit = uniform_value(limit_instr)
     start = uniform_value(init.operands[k])
-    update = body.root.operands[k]
-    if limit is None or start is None or update.opcode != "add" or not init.operands[k].shape.dtype.is_integral:
+    update = body_root.operands[k]
+    if limit is None or start is None or update.opcode != "add" or not init.operands[k].array_shape.dtype.is_integral:
         return None
     a, b = update.operands
     counter, step_instr = (a, b) if _gte_index(a, bparam) == k else (b, a)
@@ -109,8 +110,10 @@ def _reads(comp: HloComputation, roots: list[HloInstruction]) -> set[int] | None
 
 
 def _live_state(loop: HloInstruction) -> set[int] | None:
-    n = len(loop.shape.elements)
-    cond, body = loop.attrs["condition"], loop.attrs["body"]
+    n = len(loop.tuple_shape.elements)
+    cond: HloComputation = loop.attrs["condition"]
+    body: HloComputation = loop.attrs["body"]
+    assert loop.parent is not None and cond.root is not None and body.root is not None
     if any(u.opcode != "get-tuple-element" for u in loop.users) or loop.parent.root is loop:
         return None
     live = {u.attrs["index"] for u in loop.users}
@@ -147,8 +150,9 @@ def remove_dead_state(module: HloModule, loop: HloInstruction) -> bool:
         return False
     keep = sorted(live)
     comp = loop.parent
+    assert comp is not None
     init, cond, body = loop.operands[0], loop.attrs["condition"], loop.attrs["body"]
-    shape = TupleShape(tuple(loop.shape.elements[i] for i in keep))
+    shape = TupleShape(tuple(loop.tuple_shape.elements[i] for i in keep))
     new_init = comp.add_instruction(HloInstruction(module.fresh_name("tuple"), "tuple", shape,
                                                    [_element(module, comp, init, i) for i in keep]))
     loop.replace_operand(init, new_init)
@@ -166,11 +170,11 @@ def remove_dead_state(module: HloModule, loop: HloInstruction) -> bool:
     return True
 
 
-def _element(module, comp, tup: HloInstruction, i: int) -> HloInstruction:
+def _element(module: HloModule, comp: HloComputation, tup: HloInstruction, i: int) -> HloInstruction:
     if tup.opcode == "tuple":
         return tup.operands[i]
     return comp.add_instruction(HloInstruction(module.fresh_name("get-tuple-element"), "get-tuple-element",
-                                               tup.shape.elements[i], [tup], {"index": i}))
+                                               tup.tuple_shape.elements[i], [tup], {"index": i}))
 
 
 # --- loop-invariant code motion ------------------------------------------------------------------------
@@ -178,6 +182,7 @@ def _element(module, comp, tup: HloInstruction, i: int) -> HloInstruction:
 def hoist_invariants(module: HloModule, loop: HloInstruction) -> bool:
     body: HloComputation = loop.attrs["body"]
     cond: HloComputation = loop.attrs["condition"]
+    assert body.root is not None
     if body.root.opcode != "tuple":
         return False
     (param,) = body.parameters
@@ -199,6 +204,7 @@ def hoist_invariants(module: HloModule, loop: HloInstruction) -> bool:
     if not hoist:
         return False
     comp = loop.parent
+    assert comp is not None
     init = loop.operands[0]
     outside: dict[int, HloInstruction] = {}
 
@@ -215,9 +221,9 @@ def hoist_invariants(module: HloModule, loop: HloInstruction) -> bool:
         outside[id(instr)] = made
         return made
 
-    n = len(loop.shape.elements)
+    n = len(loop.tuple_shape.elements)
     extra = [copy_out(h) for h in hoist]
-    shape = TupleShape(loop.shape.elements + tuple(h.shape for h in hoist))
+    shape = TupleShape(loop.tuple_shape.elements + tuple(h.shape for h in hoist))
     new_init = comp.add_instruction(HloInstruction(module.fresh_name("tuple"), "tuple", shape,
                                                    [_element(module, comp, init, i) for i in range(n)] + extra))
     loop.replace_operand(init, new_init)

@@ -23,15 +23,20 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
+
 from ...errors import ShapeError
 from ..shape import ArrayShape, Shape
 from ..types import PRED, ElementType, from_numpy_dtype, integer_limits
 from .numeric import convert_elements, narrow, signed_bits, unsigned_bits, widen
 from .registry import OpDef, register, require_declared
+
+if TYPE_CHECKING:
+    from ..evaluator import EvalContext
+    from ..instruction import HloInstruction
 
 # --- element kinds ----------------------------------------------------------------------
 
@@ -55,10 +60,12 @@ def _kinds_text(kinds: frozenset) -> str:
 # --- shape rules shared by the whole family ---------------------------------------------
 
 def _arrays(opcode: str, shapes: list[Shape]) -> list[ArrayShape]:
+    arrays: list[ArrayShape] = []
     for i, s in enumerate(shapes):
         if not isinstance(s, ArrayShape):
             raise ShapeError(f"{opcode}: operand {i} must be an array, got {s.to_text(False)}")
-    return shapes
+        arrays.append(s)
+    return arrays
 
 
 def _check_kind(opcode: str, etype: ElementType, accepts: frozenset, what: str = "operands") -> None:
@@ -117,7 +124,7 @@ class Elementwise:
             return _result(opcode, ArrayShape(self.result or shapes[0].dtype, shapes[0].dims), declared)
         return rule
 
-    def evaluate(self, instr, operands, ctx):
+    def evaluate(self, instr: HloInstruction, operands: Sequence[Any], ctx: EvalContext) -> np.ndarray:
         xs = [np.asarray(x) for x in operands]
         etype = from_numpy_dtype(xs[0].dtype)
         with np.errstate(all="ignore"):   # inf, NaN and wrap-around are results here, not accidents

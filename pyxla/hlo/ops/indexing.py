@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+from typing import Sequence, cast
 
 import numpy as np
 
@@ -77,9 +78,10 @@ def _check_start_operands(opcode: str, operand: ArrayShape, starts: list[Shape])
         if s.rank != 0:
             raise ShapeError(f"{opcode}: start index {i} must be a scalar, got {s.to_text(False)}")
         _expect_integral(opcode, s, f"start index {i}")
-        if s.dtype != starts[0].dtype:
+        first = cast(ArrayShape, starts[0])   # checked at i == 0
+        if s.dtype != first.dtype:
             raise ShapeError(f"{opcode}: start indices must share one element type, "
-                             f"got {starts[0].dtype} and {s.dtype}")
+                             f"got {first.dtype} and {s.dtype}")
 
 
 def _clamped_starts(starts, dims, sizes) -> tuple[int, ...]:
@@ -201,7 +203,7 @@ class IndexingDims:
     def index_vector_size(self, indices: ArrayShape) -> int:
         return indices.dims[self.index_vector_dim] if self.index_vector_dim < indices.rank else 1
 
-    def batch_shape(self, indices_dims) -> tuple[int, ...]:
+    def batch_shape(self, indices_dims: Sequence[int]) -> tuple[int, ...]:
         """The indices' dims without index_vector_dim: one slice per position."""
         return tuple(s for d, s in enumerate(indices_dims) if d != self.index_vector_dim)
 

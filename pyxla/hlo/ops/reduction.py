@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 from math import prod
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,31 +31,39 @@ from ..shape import ArrayShape, Shape, TupleShape
 from ..types import ElementType
 from .registry import OpDef, register
 
+if TYPE_CHECKING:
+    from ..computation import HloComputation
+    from ..evaluator import EvalContext
+
 # --- called scalar computations ---------------------------------------------------------
 
 
-def scalar_signature(what: str, comp) -> tuple[list[ElementType], list[ElementType], bool]:
+def scalar_signature(what: str, comp: HloComputation) -> tuple[list[ElementType], list[ElementType], bool]:
     """(parameter types, result types, whether the root is a tuple) of a scalar computation.
 
     Reducers, comparators and select/scatter functions take and return scalars only;
     anything else is a ShapeError naming the computation.
     """
-    params = comp.parameter_shapes()
-    for i, p in enumerate(params):
+    param_types: list[ElementType] = []
+    for i, p in enumerate(comp.parameter_shapes()):
         if not (isinstance(p, ArrayShape) and p.rank == 0):
             raise ShapeError(f"{what} computation {comp.name}: parameter {i} must be a scalar, "
                              f"got {p.to_text(False)}")
+        param_types.append(p.dtype)
     result = comp.result_shape
     is_tuple = isinstance(result, TupleShape)
-    leaves = list(result.elements) if is_tuple else [result]
+    leaves = list(result.elements) if isinstance(result, TupleShape) else [result]
+    result_types: list[ElementType] = []
     for leaf in leaves:
         if not (isinstance(leaf, ArrayShape) and leaf.rank == 0):
             raise ShapeError(f"{what} computation {comp.name} must return scalars, "
                              f"got {result.to_text(False)}")
-    return [p.dtype for p in params], [r.dtype for r in leaves], is_tuple
+        result_types.append(leaf.dtype)
+    return param_types, result_types, is_tuple
 
 
-def call_on_lanes(ctx, comp, args: list[np.ndarray], lanes: tuple[int, ...]) -> list[np.ndarray]:
+def call_on_lanes(ctx: EvalContext, comp: HloComputation, args: list[np.ndarray],
+                  lanes: tuple[int, ...]) -> list[np.ndarray]:
     """Evaluate scalar computation `comp` on arrays of lanes; its results as a list of arrays.
 
     Arguments are converted to the parameters' element types; results are broadcast to
@@ -103,16 +112,19 @@ def _split_inputs_and_inits(opcode: str, operands: list[Shape]) -> tuple[list[Ar
     if len(operands) % 2:
         raise ShapeError(f"{opcode} takes as many init values as operands, got {len(operands)} in all")
     n = len(operands) // 2
-    inputs, inits = operands[:n], operands[n:]
-    for i, s in enumerate(inputs):
+    inputs: list[ArrayShape] = []
+    for i, s in enumerate(operands[:n]):
         if not isinstance(s, ArrayShape):
             raise ShapeError(f"{opcode}: operand {i} must be an array, got {s.to_text(False)}")
+        inputs.append(s)
         if s.dims != inputs[0].dims:
             raise ShapeError(f"{opcode}: all operands must have the same dimensions, "
                              f"got {inputs[0].to_text(False)} and {s.to_text(False)}")
-    for i, s in enumerate(inits):
+    inits: list[ArrayShape] = []
+    for i, s in enumerate(operands[n:]):
         if not (isinstance(s, ArrayShape) and s.rank == 0):
             raise ShapeError(f"{opcode}: init value {i} must be a scalar, got {s.to_text(False)}")
+        inits.append(s)
     return inputs, inits
 
 
@@ -131,7 +143,8 @@ def _computation(attrs: dict, name: str, opcode: str):
 # --- folding lanes ----------------------------------------------------------------------
 
 
-def fold_lanes(ctx, comp, inits: list[np.ndarray], xs: list[np.ndarray]) -> list[np.ndarray]:
+def fold_lanes(ctx: EvalContext, comp: HloComputation, inits: list[np.ndarray],
+               xs: list[np.ndarray]) -> list[np.ndarray]:
     """Reduce the last axis of each array in `xs` with reducer `comp`, starting from `inits`.
 
     xs[i] has shape lanes + (n,); the result is N arrays of shape lanes. An empty last axis

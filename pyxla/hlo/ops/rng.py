@@ -51,7 +51,8 @@ PHILOX_WEYL = (0x9E3779B9, 0xBB67AE85)
 
 
 @np.errstate(over="ignore")   # u32/u64 arithmetic wraps on purpose (warned on 0-d values)
-def philox4x32(counter: tuple[np.ndarray, ...], key: tuple[int, int], rounds: int = 10):
+def philox4x32(counter: tuple[np.ndarray, ...], key: tuple[int, int],
+               rounds: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Philox4x32 on four arrays of u32 counter words with a (k0, k1) key."""
     c0, c1, c2, c3 = (np.asarray(c, np.uint32) for c in counter)
     k0, k1 = key
@@ -75,7 +76,7 @@ def _rotate_left(x: np.ndarray, distance: int) -> np.ndarray:
 
 
 @np.errstate(over="ignore")
-def threefry2x32(counter: tuple[np.ndarray, np.ndarray], key: tuple[int, int]):
+def threefry2x32(counter: tuple[np.ndarray, np.ndarray], key: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Threefry2x32 with 20 rounds on two arrays of u32 counter words."""
     ks = (key[0] & MASK32, key[1] & MASK32, THREEFRY_PARITY ^ key[0] ^ key[1])
     x0 = np.asarray(counter[0], np.uint32) + _u32(ks[0])

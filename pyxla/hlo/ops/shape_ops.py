@@ -11,7 +11,7 @@ indexing.py, whose ops validate the same kinds of attributes.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -40,7 +40,8 @@ def int_list(opcode: str, attrs: dict, name: str, default: tuple | None = None) 
     return tuple(int(v) for v in value)
 
 
-def dimension_list(opcode: str, name: str, dims, rank: int, ascending: bool = False) -> tuple[int, ...]:
+def dimension_list(opcode: str, name: str, dims: Iterable[int], rank: int,
+                   ascending: bool = False) -> tuple[int, ...]:
     """`dims` checked as dimension numbers of a rank-`rank` array: in range, no repeats,
     and ascending when the opcode requires it."""
     dims = tuple(int(d) for d in dims)

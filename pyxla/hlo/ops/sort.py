@@ -11,7 +11,7 @@ so the sort is stable; that satisfies is_stable=true and is one valid order othe
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -20,6 +20,10 @@ from ..shape import ArrayShape, TupleShape
 from ..types import PRED, S32
 from .reduction import call_on_lanes, scalar_signature
 from .registry import OpDef, register, register_custom_call
+
+if TYPE_CHECKING:
+    from ..computation import HloComputation
+    from ..evaluator import EvalContext
 
 # less(lhs_columns, rhs_columns) -> bool array: whether lhs sorts strictly before rhs, lane by lane.
 Less = Callable[[list[np.ndarray], list[np.ndarray]], np.ndarray]
@@ -98,7 +102,7 @@ def sort_along(arrays: list[np.ndarray], dimension: int, less: Less) -> list[np.
             for r in rows]
 
 
-def comparator_less(ctx, comparator) -> Less:
+def comparator_less(ctx: EvalContext, comparator: HloComputation) -> Less:
     """`less` from an HLO comparator taking (lhs_0, rhs_0, lhs_1, rhs_1, ...)."""
     def less(lhs, rhs):
         args = [v for pair in zip(lhs, rhs) for v in pair]
