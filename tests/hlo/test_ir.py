@@ -182,3 +182,15 @@ def test_fresh_names_avoid_names_added_by_other_means():
     entry.remove_instruction(entry.instructions[-1])
     again = module.fresh_name("foo")
     assert again not in names and again != first
+
+
+def test_array_and_tuple_shape_of_an_instruction():
+    b = HloBuilder("f")
+    x = b.parameter(array(F32, 2, 3), "x")
+    t = b.tuple(x, x)
+    assert x.array_shape is x.shape and x.array_shape.dims == (2, 3)
+    assert t.tuple_shape is t.shape and len(t.tuple_shape.elements) == 2
+    with pytest.raises(TypeError, match="not an array shape"):
+        _ = t.array_shape
+    with pytest.raises(TypeError, match="not a tuple shape"):
+        _ = x.tuple_shape
