@@ -9,24 +9,25 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 import os
+import re
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from ..backends import get_backend
 from ..compiler import CompiledModule, compile_module
 from ..errors import ArgumentError, TraceError
+from ..hlo.cost_analysis import cost_analysis, memory_analysis
 from ..hlo.module import HloModule
 from ..hlo.printer import print_module
 from ..hlo.shape import ArrayShape
 from ..hlo.types import ELEMENT_TYPES, from_numpy_dtype
 from ..hlo.verifier import verify_module
-from ..hlo.cost_analysis import cost_analysis, memory_analysis
 from .pytree import PyTreeDef, tree_flatten, tree_unflatten
 from .tracing import Trace, Tracer
 
@@ -139,7 +140,7 @@ class Compiled:
 class Lowered:
     """A traced module for one signature, before compilation."""
 
-    def __init__(self, jitted: "Jitted", module: HloModule, in_tree, out_tree, static_key, trace_seconds):
+    def __init__(self, jitted: Jitted, module: HloModule, in_tree, out_tree, static_key, trace_seconds):
         self._jitted = jitted
         self.module = module
         self.in_tree = in_tree
@@ -174,7 +175,6 @@ class Jitted:
         self.backend = backend or default_backend()
         get_backend(self.backend)
         self.signature = inspect.signature(fn)
-        params = list(self.signature.parameters)
         self.name = _identifier(getattr(fn, "__name__", "fn"))
         self.static_argnums = set(_normalize_static(static_argnums))
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames or ())
@@ -284,7 +284,7 @@ class Jitted:
             if old_tree == in_tree and old_static == static_key and len(old_sig) == len(sig):
                 diffs = [f"argument leaf {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(old_sig, sig)) if a != b]
                 return "new signature: " + "; ".join(diffs)
-        for old_tree, old_sig, old_static in self._cache:
+        for old_tree, _old_sig, old_static in self._cache:
             if old_tree == in_tree and old_static != static_key:
                 return f"new static arguments: {dict(old_static)} -> {dict(static_key)}"
         return f"new argument structure: {in_tree[1]}"

@@ -6,8 +6,9 @@ flatten(x) -> (children, aux) and unflatten(aux, children) -> x.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 _REGISTRY: dict[type, tuple[Callable, Callable]] = {}
 
@@ -25,7 +26,7 @@ class PyTreeDef:
     """The structure of a pytree: hashable, so it can key a cache."""
     kind: Any                 # "leaf", "none", tuple, list, dict, a namedtuple class or a registered class
     aux: Any                  # dict keys, or a registered type's aux data
-    children: tuple["PyTreeDef", ...]
+    children: tuple[PyTreeDef, ...]
 
     @property
     def num_leaves(self) -> int:
@@ -106,7 +107,7 @@ def _unflatten(t: PyTreeDef, it) -> Any:
 def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
     leaves, treedef = tree_flatten(tree)
     others = [tree_flatten(r) for r in rest]
-    for leaves_r, treedef_r in others:
+    for _leaves_r, treedef_r in others:
         if treedef_r != treedef:
             raise ValueError(f"tree_map: structures differ: {treedef} and {treedef_r}")
     return tree_unflatten(treedef, [fn(*xs) for xs in zip(leaves, *(lr for lr, _ in others))])

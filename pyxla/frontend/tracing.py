@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,13 +33,13 @@ _PYXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _state = threading.local()
 
 
-def _stack() -> list["Trace"]:
+def _stack() -> list[Trace]:
     if not hasattr(_state, "stack"):
         _state.stack = []
     return _state.stack
 
 
-def current_trace() -> "Trace | None":
+def current_trace() -> Trace | None:
     stack = _stack()
     return stack[-1] if stack else None
 
@@ -73,7 +74,7 @@ class Tracer:
     __slots__ = ("instr", "trace", "weak")
     __array_priority__ = 1000   # NumPy defers `ndarray + tracer` to Tracer.__radd__
 
-    def __init__(self, instr: HloInstruction, trace: "Trace", weak: bool = False):
+    def __init__(self, instr: HloInstruction, trace: Trace, weak: bool = False):
         self.instr = instr
         self.trace = trace
         self.weak = weak
@@ -139,11 +140,11 @@ class Tracer:
     def __setitem__(self, index, value):
         raise TypeError("traced arrays are immutable: instead of x[idx] = y, write x = x.at[idx].set(y)")
 
-    def copy(self) -> "Tracer":
+    def copy(self) -> Tracer:
         return self
 
     @property
-    def real(self) -> "Tracer":
+    def real(self) -> Tracer:
         return self
 
     @property
@@ -162,7 +163,7 @@ class Tracer:
 
 
 class Trace:
-    def __init__(self, name: str, parent: "Trace | None" = None, allow_captures: bool = True):
+    def __init__(self, name: str, parent: Trace | None = None, allow_captures: bool = True):
         self.name = name
         self.parent = parent
         self.builder = HloBuilder(name)
@@ -175,7 +176,7 @@ class Trace:
             root = root.parent
         self.op_prefix = f"jit({root.name})" if root is not self else f"jit({name})"
 
-    def __enter__(self) -> "Trace":
+    def __enter__(self) -> Trace:
         _stack().append(self)
         return self
 

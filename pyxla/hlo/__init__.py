@@ -10,9 +10,37 @@ from .ops import has_side_effects, known_opcodes, op_def
 from .parser import parse_module
 from .printer import print_module
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, array, scalar
-from .types import (BF16, ELEMENT_TYPES, F4E2M1FN, F8E3M4, F8E4M3, F8E4M3B11FNUZ, F8E4M3FN, F8E4M3FNUZ,
-                    F8E5M2, F8E5M2FNUZ, F16, F32, F64, PRED, S2, S4, S8, S16, S32, S64, U2, U4, U8, U16,
-                    U32, U64, ElementType, element_type, from_numpy_dtype)
+from .types import (
+    BF16,
+    ELEMENT_TYPES,
+    F4E2M1FN,
+    F8E3M4,
+    F8E4M3,
+    F8E4M3B11FNUZ,
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    F16,
+    F32,
+    F64,
+    PRED,
+    S2,
+    S4,
+    S8,
+    S16,
+    S32,
+    S64,
+    U2,
+    U4,
+    U8,
+    U16,
+    U32,
+    U64,
+    ElementType,
+    element_type,
+    from_numpy_dtype,
+)
 from .verifier import verify_module
 
 __all__ = [

@@ -78,7 +78,7 @@ class ConvDimensionNumbers:
     output_spatial: tuple[int, ...]
 
     @staticmethod
-    def from_labels(text: str) -> "ConvDimensionNumbers":
+    def from_labels(text: str) -> ConvDimensionNumbers:
         """Parse `b01f_01io->b01f`; raises ValueError with the reason."""
         try:
             lhs_rhs, out = text.split("->")

@@ -12,7 +12,8 @@ does not follow from the operands (broadcast, reshape, convert, iota, ...).
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -6,7 +6,8 @@ computations in dependency order, binds parameters and calls those records.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 

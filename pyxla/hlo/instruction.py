@@ -1,7 +1,8 @@
 """One HLO instruction: `name = shape opcode(operands), attributes`."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class HloInstruction:
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
-    def called_computations(self) -> list["HloComputation"]:
+    def called_computations(self) -> list[HloComputation]:
         """The computations this instruction calls, in attribute order."""
         out = []
         for name, value in self.attrs.items():
@@ -89,7 +90,7 @@ class HloInstruction:
         return f"%{self.name} ({self.opcode}){where}" + (f", from {loc}" if loc else "")
 
     # --- graph ------------------------------------------------------------------------
-    def replace_operand(self, old: "HloInstruction", new: "HloInstruction") -> None:
+    def replace_operand(self, old: HloInstruction, new: HloInstruction) -> None:
         for i, op in enumerate(self.operands):
             if op is old:
                 self.operands[i] = new
@@ -101,10 +102,10 @@ class HloInstruction:
     def operand_shapes(self) -> list[Shape]:
         return [op.shape for op in self.operands]
 
-    def walk_operands(self) -> Iterator["HloInstruction"]:
+    def walk_operands(self) -> Iterator[HloInstruction]:
         yield from self.operands
 
-    def literal_equal(self, other: "HloInstruction") -> bool:
+    def literal_equal(self, other: HloInstruction) -> bool:
         a, b = self.literal, other.literal
         if isinstance(a, tuple) or isinstance(b, tuple):
             return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)

@@ -95,7 +95,7 @@ class HloModule:
         visit(self.entry)
         return order
 
-    def clone(self) -> "HloModule":
+    def clone(self) -> HloModule:
         """An independent copy: new computations and instructions with the same names,
         shapes and attributes (their values are immutable, but for the metadata and raw
         lists, which are copied), literals copied. Rebuilt object by object rather than

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,8 +33,27 @@ from ..errors import ParseError
 from .attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim, attribute_kind
 from .computation import HloComputation
 from .instruction import HloInstruction
-from .lexer import (BOOL, DIM_LABELS, DXD, ELEMENT_SIZE, ELIDED, INT, INT64_MAX, INT64_MIN, MODULE_NAME, PADDING,
-                    SCALAR, TYPE_WORD, UINT, WINDOW_PAD, WORD, WS, Lexer, parse_int, skip_whitespace)
+from .lexer import (
+    BOOL,
+    DIM_LABELS,
+    DXD,
+    ELEMENT_SIZE,
+    ELIDED,
+    INT,
+    INT64_MAX,
+    INT64_MIN,
+    MODULE_NAME,
+    PADDING,
+    SCALAR,
+    TYPE_WORD,
+    UINT,
+    WINDOW_PAD,
+    WORD,
+    WS,
+    Lexer,
+    parse_int,
+    skip_whitespace,
+)
 from .module import HloModule
 from .printer import FLOAT_FORMATS
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, default_layout
@@ -91,7 +111,7 @@ def parse_module(text: str, source: str = "<hlo>") -> HloModule:
 def known_opcode(opcode: str) -> bool:
     if opcode in XLA_OPCODES:
         return True
-    from .ops import known_opcodes   # loads the op files: only for opcodes XLA does not have
+    from .ops import known_opcodes  # loads the op files: only for opcodes XLA does not have
     return opcode in known_opcodes()
 
 

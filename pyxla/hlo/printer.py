@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -315,10 +316,10 @@ def _float_texts(flat: np.ndarray, type_name: str) -> list[str]:
 
 def _shortest_of_two(v: float, fmt: FloatFormat, type_name: str) -> str:
     if fmt.short_digits is not None:
-        text = "%.*g" % (fmt.short_digits, v)
+        text = "%.*g" % (fmt.short_digits, v)   # noqa: UP031  (C's %.*g, as XLA prints floats)
         if _round_trips(text, v, type_name):
             return text
-    return "%.*g" % (fmt.long_digits, v)
+    return "%.*g" % (fmt.long_digits, v)   # noqa: UP031
 
 
 def _round_trips(text: str, v: float, type_name: str) -> bool:

@@ -6,9 +6,9 @@ row-major layout (minor_to_major = rank-1, ..., 0).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from math import prod
-from typing import Iterable
 
 from .types import ElementType
 
@@ -24,11 +24,11 @@ class Shape:
     def __str__(self) -> str:
         return self.to_text()
 
-    def compatible(self, other: "Shape") -> bool:
+    def compatible(self, other: Shape) -> bool:
         """Equal ignoring layouts: the logical type of a value."""
         raise NotImplementedError
 
-    def without_layout(self) -> "Shape":
+    def without_layout(self) -> Shape:
         raise NotImplementedError
 
 
@@ -79,13 +79,13 @@ class ArrayShape(Shape):
     def compatible(self, other: Shape) -> bool:
         return isinstance(other, ArrayShape) and other.dtype == self.dtype and other.dims == self.dims
 
-    def without_layout(self) -> "ArrayShape":
+    def without_layout(self) -> ArrayShape:
         return ArrayShape(self.dtype, self.dims)
 
-    def with_dtype(self, dtype: ElementType) -> "ArrayShape":
+    def with_dtype(self, dtype: ElementType) -> ArrayShape:
         return ArrayShape(dtype, self.dims, self.layout)
 
-    def with_dims(self, dims: Iterable[int]) -> "ArrayShape":
+    def with_dims(self, dims: Iterable[int]) -> ArrayShape:
         return ArrayShape(self.dtype, tuple(dims))
 
 
@@ -110,7 +110,7 @@ class TupleShape(Shape):
         return (isinstance(other, TupleShape) and len(other.elements) == len(self.elements)
                 and all(a.compatible(b) for a, b in zip(self.elements, other.elements)))
 
-    def without_layout(self) -> "TupleShape":
+    def without_layout(self) -> TupleShape:
         return TupleShape(tuple(e.without_layout() for e in self.elements))
 
     def leaves(self) -> list[Shape]:
@@ -131,7 +131,7 @@ class TokenShape(Shape):
     def compatible(self, other: Shape) -> bool:
         return isinstance(other, TokenShape)
 
-    def without_layout(self) -> "TokenShape":
+    def without_layout(self) -> TokenShape:
         return self
 
 

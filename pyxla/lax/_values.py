@@ -11,7 +11,8 @@ computations through `scalar_computation`; they may use only their arguments.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

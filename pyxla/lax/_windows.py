@@ -2,7 +2,8 @@
 as 'SAME' / 'VALID' or (low, high) pairs, and XLA's per-dimension WindowDim records."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import TraceError
 from ..frontend.tracing import where

@@ -5,7 +5,8 @@ operands accumulating into f32, s8 into s32), as JAX lowers it.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from ..errors import TraceError
 from ..frontend.tracing import bind, where
@@ -36,11 +37,11 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: DotDimensionNumbers, prec
 
 def dot(lhs: Any, rhs: Any, precision: Any = None, preferred_element_type: Any = None) -> Any:
     """Vector/matrix products: lhs's last dimension contracts with rhs's first."""
-    l, r = aval(lhs), aval(rhs)
-    if l.rank not in (1, 2) or r.rank not in (1, 2):
+    lv, rv = aval(lhs), aval(rhs)
+    if lv.rank not in (1, 2) or rv.rank not in (1, 2):
         raise op_error("dot", [lhs, rhs], "lax.dot takes vectors and matrices; use dot_general for "
                                           "higher ranks")
-    return dot_general(lhs, rhs, (((l.rank - 1,), (0,)), ((), ())), precision, preferred_element_type)
+    return dot_general(lhs, rhs, (((lv.rank - 1,), (0,)), ((), ())), precision, preferred_element_type)
 
 
 # --- convolution ------------------------------------------------------------------------
@@ -72,7 +73,8 @@ def _specs_from_strings(lhs: str, rhs: str, out: str) -> ConvDimensionNumbers:
         (out.index("N"), out.index("C")) + tuple(out.index(c) for c in spatial))
 
 
-def conv_dimension_numbers(lhs_shape: Sequence[int], rhs_shape: Sequence[int], dimension_numbers: Any) -> ConvDimensionNumbers:
+def conv_dimension_numbers(lhs_shape: Sequence[int], rhs_shape: Sequence[int],
+                           dimension_numbers: Any) -> ConvDimensionNumbers:
     """Dimension numbers from None (NCHW / OIHW / NCHW), three spec strings or a ConvDimensionNumbers."""
     rank = len(lhs_shape)
     if dimension_numbers is None:
@@ -97,17 +99,17 @@ def conv_general_dilated(lhs: Any, rhs: Any, window_strides: Sequence[int], padd
     lhs_dilation is the input (base) dilation, rhs_dilation the kernel (window) dilation.
     """
     lhs, rhs = unify_types("convolution", [lhs, rhs])
-    l, r = aval(lhs), aval(rhs)
-    if l.rank != r.rank or l.rank < 3:
+    lv, rv = aval(lhs), aval(rhs)
+    if lv.rank != rv.rank or lv.rank < 3:
         raise op_error("convolution", [lhs, rhs], "input and kernel need the same rank, with at least "
                                                   "one spatial dimension")
-    dn = conv_dimension_numbers(l.dims, r.dims, dimension_numbers)
-    n = l.rank - 2
+    dn = conv_dimension_numbers(lv.dims, rv.dims, dimension_numbers)
+    n = lv.rank - 2
     strides = ints_or_ones(window_strides, n)
     lhs_dilation = ints_or_ones(lhs_dilation, n)
     rhs_dilation = ints_or_ones(rhs_dilation, n)
-    in_spatial = [l.dims[d] for d in dn.lhs_spec[2:]]
-    kernel_spatial = [r.dims[d] for d in dn.rhs_spec[2:]]
+    in_spatial = [lv.dims[d] for d in dn.lhs_spec[2:]]
+    kernel_spatial = [rv.dims[d] for d in dn.rhs_spec[2:]]
     if isinstance(padding, str):   # JAX sizes 'SAME' from the undilated input and the dilated kernel
         pads = padtype_to_pads(in_spatial, [dilated(k, d) for k, d in zip(kernel_spatial, rhs_dilation)],
                                strides, padding)

@@ -15,8 +15,9 @@ Weak typing: a carry leaf that starts as a Python number takes the type the body
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,6 @@ from ._values import as_type, aval, convert, fresh_name, is_python_scalar, is_we
 from .elementwise import add, clamp, convert_element_type, logical_pred, lt, sub
 from .shapes import dynamic_index_in_dim, dynamic_update_index_in_dim, full
 
-
 # --- carries: structure, shapes, weak types ---------------------------------------------
 
 @dataclass
@@ -43,7 +43,7 @@ class Carry:
     weak: list[bool]
 
     @staticmethod
-    def of(value: Any) -> "Carry":
+    def of(value: Any) -> Carry:
         leaves, tree = tree_flatten(value)
         return Carry(leaves, tree, [aval(x) for x in leaves], [is_weak(x) for x in leaves])
 

@@ -13,14 +13,17 @@ indices follow `mode`:
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import TraceError
 from ..frontend.tracing import Tracer, bind, where
 from ._values import aval, describe, scalar_computation, unify_types
-from .elementwise import add, bitwise_and, clamp, ge, le, max as lax_max, min as lax_min, mul, select
+from .elementwise import add, bitwise_and, clamp, ge, le, mul, select
+from .elementwise import max as lax_max
+from .elementwise import min as lax_min
 from .reductions import reduce_and
 from .shapes import broadcast_in_dim, full
 
@@ -47,7 +50,7 @@ class GatherScatterMode(enum.Enum):
     PROMISE_IN_BOUNDS = "promise_in_bounds"
 
     @staticmethod
-    def from_any(mode: Any) -> "GatherScatterMode | None":
+    def from_any(mode: Any) -> GatherScatterMode | None:
         """None (XLA's own rule) or the mode named by a GatherScatterMode or a string."""
         if mode is None or isinstance(mode, GatherScatterMode):
             return mode

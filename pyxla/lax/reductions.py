@@ -6,7 +6,8 @@ traced into the HLO computation `to_apply`; it may use only its arguments.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,13 +15,12 @@ from ..errors import TraceError
 from ..frontend.pytree import tree_flatten, tree_unflatten
 from ..frontend.tracing import bind, where
 from ..hlo.types import S32, ElementType
-from ._values import aval, as_type, canonical_axis, element_type, is_weak, scalar_computation
+from ._values import as_type, aval, canonical_axis, element_type, is_weak, scalar_computation
 from ._windows import window_attribute, window_padding
 from .elementwise import add, bitwise_and, bitwise_or, bitwise_xor, eq, gt, lt, mul, ne, select
 from .elementwise import max as lax_max
 from .elementwise import min as lax_min
 from .shapes import broadcasted_iota
-
 
 # --- reduce -----------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ broadcast cannot: like JAX, it reshapes them away first.
 from __future__ import annotations
 
 import builtins
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,8 +17,17 @@ from ..frontend.tracing import Tracer, bind, where
 from ..hlo.attributes import PadDim, SliceDim
 from ..hlo.shape import ArrayShape
 from ..hlo.types import S32
-from ._values import (as_type, aval, canonical_axis, convert, element_type, is_python_scalar, is_weak, op_error,
-                      unify_types)
+from ._values import (
+    as_type,
+    aval,
+    canonical_axis,
+    convert,
+    element_type,
+    is_python_scalar,
+    is_weak,
+    op_error,
+    unify_types,
+)
 
 
 def _ints(values) -> tuple[int, ...]:
@@ -103,7 +113,8 @@ def slice(operand: Any, start_indices: Sequence[int], limit_indices: Sequence[in
           strides: Sequence[int] | None = None) -> Any:
     strides = strides or [1] * len(start_indices)
     spec = tuple(SliceDim(int(s), int(e), int(k)) for s, e, k in zip(start_indices, limit_indices, strides))
-    if len(spec) != aval(operand).rank or len(limit_indices) != len(start_indices) or len(strides) != len(start_indices):
+    if (len(spec) != aval(operand).rank or len(limit_indices) != len(start_indices)
+            or len(strides) != len(start_indices)):
         raise op_error("slice", [operand], f"start_indices {list(start_indices)}, limit_indices "
                                            f"{list(limit_indices)} and strides {list(strides)} must give "
                                            "one entry per operand dimension")

@@ -5,7 +5,8 @@ positive NaN and -0 becomes +0, so NaN sorts last (as in NumPy) and -0 ties with
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -21,8 +21,7 @@ import ml_dtypes as _ml_dtypes
 import numpy as _np
 
 from ..frontend.array import Array
-from . import (array_methods, contraction, creation, elementwise, indexing, manipulation,  # noqa: F401
-               reductions, sorting)
+from . import array_methods, contraction, creation, elementwise, indexing, manipulation, reductions, sorting  # noqa: F401
 from .core import PUBLIC as _PUBLIC
 
 globals().update(_PUBLIC)

@@ -10,7 +10,8 @@ once, when pyxla.numpy is imported (`import pyxla` imports it).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ class IndexUpdateHelper:
     def __init__(self, array: Any):
         self.array = array
 
-    def __getitem__(self, index: Any) -> "IndexUpdateRef":
+    def __getitem__(self, index: Any) -> IndexUpdateRef:
         return IndexUpdateRef(self.array, index)
 
     def __repr__(self) -> str:
@@ -184,24 +185,24 @@ def install_tracer_methods(cls: type) -> None:
         setattr(cls, f"__{dunder}__", _unary(name))
     for name in _METHODS:
         setattr(cls, name, _forward(name))
-    setattr(cls, "reshape", _reshape)
-    setattr(cls, "transpose", _transpose)
-    setattr(cls, "astype", _astype)
-    setattr(cls, "flatten", _forward("ravel"))
-    setattr(cls, "__round__", lambda self, ndigits=None: _pnp().round(self, ndigits or 0))
-    setattr(cls, "__getitem__", _getitem)
-    setattr(cls, "__array_ufunc__", _array_ufunc)
-    setattr(cls, "__array_function__", _array_function)
-    setattr(cls, "T", property(lambda self: _pnp().transpose(self)))
-    setattr(cls, "mT", property(lambda self: _pnp().swapaxes(self, -1, -2)))
-    setattr(cls, "at", property(IndexUpdateHelper))
-    setattr(cls, "imag", property(lambda self: _pnp().imag(self)))
+    cls.reshape = _reshape
+    cls.transpose = _transpose
+    cls.astype = _astype
+    cls.flatten = _forward("ravel")
+    cls.__round__ = lambda self, ndigits=None: _pnp().round(self, ndigits or 0)
+    cls.__getitem__ = _getitem
+    cls.__array_ufunc__ = _array_ufunc
+    cls.__array_function__ = _array_function
+    cls.T = property(lambda self: _pnp().transpose(self))
+    cls.mT = property(lambda self: _pnp().swapaxes(self, -1, -2))
+    cls.at = property(IndexUpdateHelper)
+    cls.imag = property(lambda self: _pnp().imag(self))
 
 
 def install() -> None:
     """Install the methods onto the front end's classes: Tracer's operators and methods, Array.at."""
     install_tracer_methods(Tracer)
-    setattr(Array, "at", property(IndexUpdateHelper))
+    Array.at = property(IndexUpdateHelper)
 
 
 __all__ = ["IndexUpdateHelper", "IndexUpdateRef", "install", "install_tracer_methods"]

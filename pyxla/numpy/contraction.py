@@ -7,13 +7,24 @@ their common dtype first, which is also the result's dtype, as in NumPy.
 from __future__ import annotations
 
 import string
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..frontend.tracing import Tracer, bind
-from .core import (broadcast_to, convert, export, fail, normalize_axis,
-                   operand, reshape_to, result_type, shape_of, transpose_to)
+from .core import (
+    broadcast_to,
+    convert,
+    export,
+    fail,
+    normalize_axis,
+    operand,
+    reshape_to,
+    result_type,
+    shape_of,
+    transpose_to,
+)
 
 
 def _array(name: str, a: Any) -> Any:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np

@@ -6,13 +6,27 @@ Shapes are static. Filled arrays are a broadcast scalar and ranges an `iota`, so
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..frontend.tracing import Tracer, bind
-from .core import (BOOL, FLOAT64, INT64, convert, dtype_of, element_shape, export, full as _full,
-                   operand, result_type, shape_of, static_int, supported_dtype)
+from .core import (
+    BOOL,
+    FLOAT64,
+    INT64,
+    convert,
+    dtype_of,
+    element_shape,
+    export,
+    operand,
+    result_type,
+    shape_of,
+    static_int,
+    supported_dtype,
+)
+from .core import full as _full
 
 
 def _shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -113,7 +127,7 @@ def asarray(a, dtype=None, order=None, copy=None):
 
 
 @export
-def array(object, dtype=None, copy=True, ndmin=0):   # noqa: A002  (NumPy's name)
+def array(object, dtype=None, copy=True, ndmin=0):
     """Like asarray, but concrete data is copied; `ndmin` prepends size-1 dimensions."""
     out = asarray(object, dtype)
     if copy and isinstance(out, np.ndarray):

@@ -15,20 +15,44 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ..frontend.tracing import Tracer, bind
-from .core import (BFLOAT16, BOOL, FLOAT16, FLOAT32, broadcast_shapes, broadcast_to, compare,
-                   constant_like, convert, dtype_of, element_shape, export, full, hlo, is_float, is_python_scalar,
-                   is_weak, mark_weak, operand, operand_dtypes, promote_types, result_type, select,
-                   shape_of, supported_dtype)
+from .core import (
+    BFLOAT16,
+    BOOL,
+    FLOAT16,
+    FLOAT32,
+    broadcast_shapes,
+    broadcast_to,
+    compare,
+    constant_like,
+    convert,
+    dtype_of,
+    element_shape,
+    export,
+    full,
+    hlo,
+    is_float,
+    is_python_scalar,
+    is_weak,
+    mark_weak,
+    operand,
+    operand_dtypes,
+    promote_types,
+    result_type,
+    select,
+    shape_of,
+    supported_dtype,
+)
 
 # --- applying a ufunc -------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _loop(name: str, ufunc: np.ufunc, dtypes: tuple[np.dtype, ...]) -> tuple[tuple, tuple]:
     """(input dtypes, output dtypes) of NumPy's loop for operands of `dtypes`.
 
@@ -444,7 +468,8 @@ isnan = _ufunc("isnan", np.isnan, _isnan)
 isinf = _ufunc("isinf", np.isinf, _isinf)
 isfinite = _ufunc("isfinite", np.isfinite, _isfinite)
 modf = _ufunc("modf", np.modf, _modf)
-logical_not = _ufunc("logical_not", np.logical_not, lambda x: compare(x, _c(0, x), "EQ") if dtype_of(x) != BOOL else _not(x))
+logical_not = _ufunc("logical_not", np.logical_not,
+                     lambda x: compare(x, _c(0, x), "EQ") if dtype_of(x) != BOOL else _not(x))
 invert = _ufunc("invert", np.invert, _not, aliases=("bitwise_not", "bitwise_invert"))
 
 
@@ -457,7 +482,7 @@ def ldexp(x1, x2):
 # --- functions that are not ufuncs -------------------------------------------------------
 
 @export(aliases=("around", "round_"))
-def round(a, decimals: int = 0):   # noqa: A001  (NumPy's name)
+def round(a, decimals: int = 0):
     """Round half to even, to `decimals` decimal places (NumPy's x * 10**d, rint, / 10**d)."""
     a = operand("round", a)
     dt = dtype_of(a)
@@ -473,7 +498,7 @@ def round(a, decimals: int = 0):   # noqa: A001  (NumPy's name)
 
 
 @export
-def clip(a, a_min=None, a_max=None, *, min=None, max=None):   # noqa: A002  (NumPy's names)
+def clip(a, a_min=None, a_max=None, *, min=None, max=None):
     """min(max(a, a_min), a_max); either bound may be None."""
     lo = a_min if a_min is not None else min
     hi = a_max if a_max is not None else max

@@ -22,14 +22,28 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConcretizationError, TraceError
-from ..frontend.tracing import Tracer, bind, where as source_line
+from ..frontend.tracing import Tracer, bind
+from ..frontend.tracing import where as source_line
 from ..hlo.attributes import SliceDim
 from ..hlo.builder import HloBuilder
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
-from .core import (BOOL, INT64, broadcast_shapes, broadcast_to, computation_name, convert, dtype_of,
-                   eager_result, export,
-                   normalize_axis, operand, reshape_to, shape_of, static_int)
+from .core import (
+    BOOL,
+    INT64,
+    broadcast_shapes,
+    broadcast_to,
+    computation_name,
+    convert,
+    dtype_of,
+    eager_result,
+    export,
+    normalize_axis,
+    operand,
+    reshape_to,
+    shape_of,
+    static_int,
+)
 
 
 @dataclass

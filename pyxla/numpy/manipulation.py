@@ -13,9 +13,22 @@ import numpy as np
 
 from ..frontend.tracing import Tracer, bind
 from ..hlo.attributes import PadDim, SliceDim
-from .core import (broadcast_shapes as _broadcast_shapes, broadcast_to as _broadcast_to, convert,
-                   dtype_of, export, fail, normalize_axes, normalize_axis, operand, reshape_to,
-                   result_type, shape_of, static_int, transpose_to)
+from .core import broadcast_shapes as _broadcast_shapes
+from .core import broadcast_to as _broadcast_to
+from .core import (
+    convert,
+    dtype_of,
+    export,
+    fail,
+    normalize_axes,
+    normalize_axis,
+    operand,
+    reshape_to,
+    result_type,
+    shape_of,
+    static_int,
+    transpose_to,
+)
 
 
 def _array(name: str, a: Any) -> Any:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import builtins
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,9 +20,31 @@ from ..frontend.tracing import bind, trace_computation
 from ..hlo.attributes import WindowDim
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
-from .core import (BFLOAT16, BOOL, FLOAT16, FLOAT32, FLOAT64, INT64, UINT64, broadcast_to, compare,
-                   computation_name, convert, dtype_of, export, is_float, normalize_axes, normalize_axis, operand,
-                   reshape_to, result_type, scalar_reducer, select, shape_of, supported_dtype)
+from .core import (
+    BFLOAT16,
+    BOOL,
+    FLOAT16,
+    FLOAT32,
+    FLOAT64,
+    INT64,
+    UINT64,
+    broadcast_to,
+    compare,
+    computation_name,
+    convert,
+    dtype_of,
+    export,
+    is_float,
+    normalize_axes,
+    normalize_axis,
+    operand,
+    reshape_to,
+    result_type,
+    scalar_reducer,
+    select,
+    shape_of,
+    supported_dtype,
+)
 
 
 def _array(name: str, a: Any) -> Any:
@@ -92,7 +115,7 @@ def _monoid(name: str, opcode: str, identity: Callable[[np.dtype], Any], default
     return reduction
 
 
-sum = export(_monoid("sum", "add", lambda dt: 0, _sum_dtype, "add"))           # noqa: A001
+sum = export(_monoid("sum", "add", lambda dt: 0, _sum_dtype, "add"))
 prod = export(_monoid("prod", "multiply", lambda dt: 1, _sum_dtype, "multiply"))
 
 
@@ -134,8 +157,8 @@ def _extremum(name: str, opcode: str, identity: Callable, combine: str) -> Calla
     return reduction
 
 
-max = export(_extremum("max", "maximum", _lowest, "maximum"), aliases=("amax",))   # noqa: A001
-min = export(_extremum("min", "minimum", _highest, "minimum"), aliases=("amin",))   # noqa: A001
+max = export(_extremum("max", "maximum", _lowest, "maximum"), aliases=("amax",))
+min = export(_extremum("min", "minimum", _highest, "minimum"), aliases=("amin",))
 
 
 def _truth(x: Any) -> Any:
@@ -156,8 +179,8 @@ def _logical(name: str, opcode: str, identity: bool) -> Callable:
     return reduction
 
 
-all = export(_logical("all", "and", True))   # noqa: A001
-any = export(_logical("any", "or", False))   # noqa: A001
+all = export(_logical("all", "and", True))
+any = export(_logical("any", "or", False))
 
 
 def _count(name: str, shape: tuple[int, ...], axes: tuple[int, ...], where: Any, dtype: np.dtype,
@@ -263,7 +286,8 @@ def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, whe
     a = _array("nansum", a)
     if not is_float(dtype_of(a)):
         return sum(a, axis, dtype, keepdims=keepdims, initial=initial, where=where)
-    from .elementwise import isnan, where as select_where
+    from .elementwise import isnan
+    from .elementwise import where as select_where
     return sum(select_where(isnan(a), 0, a), axis, dtype, keepdims=keepdims, initial=initial, where=where)
 
 
@@ -291,7 +315,8 @@ def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
 
 def _nan_extremum(name: str, reduction: Callable, fill: Callable) -> Callable:
     def nan_reduction(a, axis=None, out=None, keepdims=False, initial=None, where=None):
-        from .elementwise import isnan, where as select_where
+        from .elementwise import isnan
+        from .elementwise import where as select_where
         a = _array(name, a)
         if not is_float(dtype_of(a)):
             return reduction(a, axis, keepdims=keepdims, initial=initial, where=where)

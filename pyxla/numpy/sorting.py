@@ -13,8 +13,20 @@ import numpy as np
 from ..frontend.tracing import Tracer, bind, trace_computation
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
-from .core import (FLOAT64, INT64, compare, computation_name, convert, dtype_of, export, is_float, normalize_axis,
-                   operand, reshape_to, shape_of)
+from .core import (
+    FLOAT64,
+    INT64,
+    compare,
+    computation_name,
+    convert,
+    dtype_of,
+    export,
+    is_float,
+    normalize_axis,
+    operand,
+    reshape_to,
+    shape_of,
+)
 
 
 def _array(name: str, a: Any) -> Any:

@@ -128,7 +128,7 @@ def multiply_one(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction |
 def multiply_zero_integer(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
     if not is_integral(instr):   # NaN * 0, inf * 0 and -x * 0 forbid this for floats
         return None
-    for x, c in commuted(instr):
+    for _x, c in commuted(instr):
         if is_value(c, 0):
             return c if same_dims(c, instr) else fill(ctx, instr, 0)
     return None

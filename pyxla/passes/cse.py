@@ -6,7 +6,8 @@ literal bits. Side-effecting and random ops are never merged.
 """
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from typing import cast
 
-import numpy as np
-
 from ..hlo.attributes import SliceDim
 from ..hlo.builder import scalar_computation
-from ..hlo.ops.rng import PHILOX_MULTIPLIERS, PHILOX_WEYL
-from ..hlo.types import PRED, U32, U64
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
-from ..hlo.shape import ArrayShape, TupleShape
+from ..hlo.ops.rng import PHILOX_MULTIPLIERS, PHILOX_WEYL
+from ..hlo.shape import ArrayShape
+from ..hlo.types import PRED, U32, U64
 from .hlo_pass import hlo_pass
 from .rewrite import RewriteContext, RuleTable, apply_rules
 

@@ -7,8 +7,8 @@ A `FixedPoint` group repeats its passes until none changes the module (or the ca
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from ..hlo.module import HloModule
 
@@ -33,8 +33,8 @@ def hlo_pass(name: str) -> Callable[[Callable[[HloModule], bool]], HloPass]:
 @dataclass(frozen=True)
 class FixedPoint:
     name: str
-    passes: tuple["PipelineItem", ...]
+    passes: tuple[PipelineItem, ...]
     max_iterations: int = 10
 
 
-PipelineItem = Union[HloPass, FixedPoint]
+PipelineItem = HloPass | FixedPoint

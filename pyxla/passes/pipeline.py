@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..errors import VerifierError
 from ..hlo.module import HloModule

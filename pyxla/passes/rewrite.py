@@ -16,7 +16,8 @@ The driver visits instructions operands-first and repeats a computation until no
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction, uniform_value
 from ..hlo.module import HloModule

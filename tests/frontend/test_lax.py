@@ -6,8 +6,9 @@ cases, for their corner cases); each runs eagerly and compiled, on fresh random 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -467,7 +468,8 @@ def test_lax_function_matches_numpy(case: Case, mode: str, rng):
 @pytest.mark.parametrize("mode", ["eager", "jit"])
 def test_signed_zeros_survive_bit_operations(mode, rng):
     x = np.array([0.0, -0.0, rng.uniform(1, 2)], np.float32)
-    f = (lambda x: (lax.neg(x), lax.abs(x), lax.sign(x)))
+    def f(x):
+        return lax.neg(x), lax.abs(x), lax.sign(x)
     neg, absolute, sign = f(x) if mode == "eager" else pyxla.jit(f)(x)
     np.testing.assert_array_equal(np.signbit(neg), [True, False, True])
     np.testing.assert_array_equal(np.signbit(absolute), [False, False, False])

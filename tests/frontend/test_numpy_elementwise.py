@@ -13,7 +13,7 @@ import pyxla
 import pyxla.numpy as pnp
 from pyxla.errors import TraceError
 
-from .pnp_testing import jit, assert_close, check_against_numpy, eager_and_jit, numpy_reference
+from .pnp_testing import assert_close, check_against_numpy, eager_and_jit, jit, numpy_reference
 
 SETTINGS = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FLOATS = [np.float16, np.float32, np.float64]

@@ -16,7 +16,6 @@ from pyxla import lax
 from pyxla.conformance import default_corpus, load_case, run_case
 from pyxla.hlo.evaluator import flatten_result
 
-
 # --- the programs -------------------------------------------------------------------------
 
 def keep(reduced, axis):

@@ -8,8 +8,14 @@ from pyxla.backends.cpu import codegen
 from pyxla.fusion.instruction_fusion import fusion_pass
 from pyxla.hlo import parse_module
 from pyxla.hlo.cost_analysis import cost_analysis
-from pyxla.hlo.ops.registry import (EXPENSIVE_OPS, TRANSCENDENTAL_OPS, is_expensive, is_transcendental, known_opcodes,
-                                    op_def)
+from pyxla.hlo.ops.registry import (
+    EXPENSIVE_OPS,
+    TRANSCENDENTAL_OPS,
+    is_expensive,
+    is_transcendental,
+    known_opcodes,
+    op_def,
+)
 
 
 def test_classes_name_registered_ops_and_nest():

@@ -4,9 +4,25 @@ import numpy as np
 import pytest
 
 from pyxla.errors import ArgumentError, ShapeError
-from pyxla.hlo import (BF16, F16, F32, PRED, S8, U64, ArrayShape, ConvDimensionNumbers, HloBuilder, TokenShape,
-                       TupleShape, array, element_type, evaluate_module, from_numpy_dtype, scalar,
-                       scalar_computation)
+from pyxla.hlo import (
+    BF16,
+    F16,
+    F32,
+    PRED,
+    S8,
+    U64,
+    ArrayShape,
+    ConvDimensionNumbers,
+    HloBuilder,
+    TokenShape,
+    TupleShape,
+    array,
+    element_type,
+    evaluate_module,
+    from_numpy_dtype,
+    scalar,
+    scalar_computation,
+)
 
 
 def test_element_types_know_their_storage():

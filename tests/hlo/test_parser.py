@@ -6,8 +6,19 @@ import numpy as np
 import pytest
 
 from pyxla.conformance import LEVELS, corpus_case_dirs, load_case
-from pyxla.hlo import (BF16, F32, F64, S32, ConvDimensionNumbers, HloComputation, PadDim, SliceDim,
-                       TupleShape, WindowDim, parse_module, scalar)
+from pyxla.hlo import (
+    BF16,
+    F32,
+    S32,
+    ConvDimensionNumbers,
+    HloComputation,
+    PadDim,
+    SliceDim,
+    TupleShape,
+    WindowDim,
+    parse_module,
+    scalar,
+)
 
 CASES = corpus_case_dirs()
 CORPUS = CASES[0].parent

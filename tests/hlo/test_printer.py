@@ -5,9 +5,28 @@ import numpy as np
 import pytest
 
 from pyxla.conformance import LEVELS, corpus_case_dirs
-from pyxla.hlo import (BF16, F16, F32, F64, PRED, S32, U8, ArrayShape, ConvDimensionNumbers, HloBuilder,
-                       HloComputation, HloInstruction, PadDim, SliceDim, WindowDim, array, parse_module,
-                       print_module, scalar, scalar_computation)
+from pyxla.hlo import (
+    BF16,
+    F16,
+    F32,
+    F64,
+    PRED,
+    S32,
+    U8,
+    ArrayShape,
+    ConvDimensionNumbers,
+    HloBuilder,
+    HloComputation,
+    HloInstruction,
+    PadDim,
+    SliceDim,
+    WindowDim,
+    array,
+    parse_module,
+    print_module,
+    scalar,
+    scalar_computation,
+)
 from pyxla.hlo.printer import print_computation, print_instruction
 
 CASES = corpus_case_dirs()
@@ -200,7 +219,7 @@ def test_float_literals_use_the_short_form_when_it_round_trips(rng):
     b = HloBuilder("f")
     text = print_module(b.module(b.constant(short, F32)))
     body = re.search(r"constant\(\{(.*)\}\)", text).group(1).split(", ")
-    assert body == ["%.6g" % float(v) for v in short]
+    assert body == ["%.6g" % float(v) for v in short]   # noqa: UP031  (C's %g, as XLA prints)
     third = np.float32(1) / np.float32(3)
     b = HloBuilder("g")
     assert "constant(0.333333343)" in print_module(b.module(b.constant(third, F32)))

@@ -2,7 +2,7 @@
 import pytest
 
 from pyxla.errors import VerifierError
-from pyxla.hlo import F32, PRED, S32, HloBuilder, array, scalar, scalar_computation, verify_module
+from pyxla.hlo import F32, S32, HloBuilder, array, scalar, scalar_computation, verify_module
 from pyxla.hlo.instruction import HloInstruction
 from pyxla.hlo.shape import ArrayShape
 

@@ -24,7 +24,7 @@ def module(body: str) -> str:
 
 
 X = "x = f32[4] parameter(0)"
-I = "i = s32[4] parameter(0)"
+I = "i = s32[4] parameter(0)"  # noqa: E741  (the integer parameter, beside X)
 
 # (rule, body before, body after)
 CASES = [

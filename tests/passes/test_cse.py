@@ -1,6 +1,6 @@
 from pyxla.passes.cse import common_subexpression_elimination as cse
 
-from .hlo_checks import assert_structure, entry_opcodes, run_pass
+from .hlo_checks import entry_opcodes, run_pass
 
 BEFORE = """
 HloModule cse

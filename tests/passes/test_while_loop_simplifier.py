@@ -1,6 +1,5 @@
-from pyxla.passes.while_loop_simplifier import known_trip_count, while_loop_simplifier
-
 from pyxla.passes.tuple_simplifier import tuple_simplifier
+from pyxla.passes.while_loop_simplifier import known_trip_count, while_loop_simplifier
 
 from .hlo_checks import entry_opcodes, run_pass
 

@@ -6,7 +6,7 @@ shape rules check the called computations' signatures against the operands.
 from __future__ import annotations
 
 from ...errors import EvaluationError, ShapeError
-from ..shape import ArrayShape, Shape, TupleShape
+from ..shape import ArrayShape, Shape
 from ..types import PRED
 from .registry import CUSTOM_CALL_TARGETS, OpDef, register, require_declared
 

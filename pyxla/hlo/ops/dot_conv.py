@@ -27,9 +27,8 @@ from ..attributes import ConvDimensionNumbers, WindowDim
 from ..shape import ArrayShape
 from ..types import ElementType
 from .numeric import flush_denormals, narrow
-from .reduction import window_output_dims   # the window arithmetic reduce-window shares
+from .reduction import window_output_dims  # the window arithmetic reduce-window shares
 from .registry import OpDef, register
-
 
 # --- shared: operand checks and the accumulation type -------------------------------------
 

@@ -22,8 +22,9 @@ the NumPy function where one fits, whether the op is transcendental or a pure bi
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np

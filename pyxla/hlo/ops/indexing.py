@@ -20,9 +20,10 @@ batching dim. Both ops are evaluated with whole-array NumPy indexing.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
-from typing import Sequence, cast
+from typing import cast
 
 import numpy as np
 
@@ -155,7 +156,7 @@ class IndexingDims:
     index_vector_dim: int
 
     @classmethod
-    def from_attrs(cls, opcode: str, names: dict, attrs: dict) -> "IndexingDims":
+    def from_attrs(cls, opcode: str, names: dict, attrs: dict) -> IndexingDims:
         def dims(field, optional=False):
             return int_list(opcode, attrs, names[field], () if optional else None)
         return cls(opcode, names, dims("window_dims"), dims("collapsed_dims"),

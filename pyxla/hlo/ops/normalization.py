@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-# A negative variance gives NaN, as the expanded arithmetic would: no warning.
-_quiet = np.errstate(invalid="ignore", divide="ignore")
-
 from ...errors import ShapeError
 from ..shape import ArrayShape, TupleShape
 from .numeric import narrow
 from .registry import OpDef, register
+
+# A negative variance gives NaN, as the expanded arithmetic would: no warning.
+_quiet = np.errstate(invalid="ignore", divide="ignore")
 
 ATTRS = ("epsilon", "feature_index")
 

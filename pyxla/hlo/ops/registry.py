@@ -24,8 +24,9 @@ Contracts for the two functions of a record:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ShapeError
 

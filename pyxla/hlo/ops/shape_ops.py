@@ -11,14 +11,14 @@ indexing.py, whose ops validate the same kinds of attributes.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from ...errors import EvaluationError, ShapeError
 from ..shape import ArrayShape, Shape, TupleShape
 from .registry import OpDef, register, require_declared
-
 
 # --- shared checkers ------------------------------------------------------------------
 

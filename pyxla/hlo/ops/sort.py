@@ -11,7 +11,8 @@ so the sort is stable; that satisfies is_stable=true and is one valid order othe
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 

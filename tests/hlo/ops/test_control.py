@@ -2,8 +2,17 @@
 import numpy as np
 import pytest
 
-from pyxla.hlo import (F32, PRED, S32, HloBuilder, TupleShape, array, evaluate_module, scalar,
-                       scalar_computation, verify_module)
+from pyxla.hlo import (
+    F32,
+    PRED,
+    S32,
+    HloBuilder,
+    TupleShape,
+    array,
+    evaluate_module,
+    scalar,
+    verify_module,
+)
 
 
 def _build_and_check(b, root):

@@ -5,8 +5,22 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyxla.hlo import (BF16, F16, F32, F64, S8, S32, U8, ConvDimensionNumbers, HloBuilder, ShapeError,
-                       WindowDim, array, evaluate_module, verify_module)
+from pyxla.hlo import (
+    BF16,
+    F16,
+    F32,
+    F64,
+    S8,
+    S32,
+    U8,
+    ConvDimensionNumbers,
+    HloBuilder,
+    ShapeError,
+    WindowDim,
+    array,
+    evaluate_module,
+    verify_module,
+)
 
 TINY32 = np.finfo(np.float32).tiny
 

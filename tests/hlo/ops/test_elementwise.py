@@ -13,9 +13,32 @@ import numpy as np
 import pytest
 
 from pyxla.errors import ShapeError
-from pyxla.hlo import (BF16, F16, F32, F64, PRED, S8, S16, S32, S64, U8, U16, U32, U64, ArrayShape,
-                       HloBuilder, TupleShape, array, evaluate_computation, evaluate_module,
-                       from_numpy_dtype, op_def, scalar, scalar_computation, verify_module)
+from pyxla.hlo import (
+    BF16,
+    F16,
+    F32,
+    F64,
+    PRED,
+    S8,
+    S16,
+    S32,
+    S64,
+    U8,
+    U16,
+    U32,
+    U64,
+    ArrayShape,
+    HloBuilder,
+    TupleShape,
+    array,
+    evaluate_computation,
+    evaluate_module,
+    from_numpy_dtype,
+    op_def,
+    scalar,
+    scalar_computation,
+    verify_module,
+)
 from pyxla.hlo.ops.elementwise import BINARY, UNARY
 
 FLOATS = [F16, BF16, F32, F64]

@@ -4,9 +4,22 @@ gather, skipped out-of-bounds windows for scatter, updates applied in order)."""
 import numpy as np
 import pytest
 
-from pyxla.hlo import (BF16, F32, F64, PRED, S8, S32, S64, U8, U32, U64, ArrayShape, HloBuilder,
-                       TupleShape, array, evaluate_module, op_def, scalar, scalar_computation,
-                       verify_module)
+from pyxla.hlo import (
+    BF16,
+    F32,
+    F64,
+    PRED,
+    S8,
+    S32,
+    S64,
+    U8,
+    ArrayShape,
+    HloBuilder,
+    array,
+    op_def,
+    scalar,
+    scalar_computation,
+)
 
 from .test_shape_ops import assert_identical, random_array, run_op, shape_error
 

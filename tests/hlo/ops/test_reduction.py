@@ -6,8 +6,21 @@ import numpy as np
 import pytest
 
 from pyxla.errors import ShapeError
-from pyxla.hlo import (BF16, F32, PRED, S32, U8, HloBuilder, TupleShape, WindowDim, array, evaluate_module,
-                       scalar, scalar_computation, verify_module)
+from pyxla.hlo import (
+    BF16,
+    F32,
+    PRED,
+    S32,
+    U8,
+    HloBuilder,
+    TupleShape,
+    WindowDim,
+    array,
+    evaluate_module,
+    scalar,
+    scalar_computation,
+    verify_module,
+)
 
 
 def _module(b, root):

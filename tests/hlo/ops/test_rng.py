@@ -3,8 +3,20 @@ import numpy as np
 import pytest
 
 from pyxla.conformance import default_corpus, load_case
-from pyxla.hlo import (F32, S32, S64, U8, U32, U64, HloBuilder, ShapeError, TupleShape, array,
-                       evaluate_module, verify_module)
+from pyxla.hlo import (
+    F32,
+    S32,
+    S64,
+    U8,
+    U32,
+    U64,
+    HloBuilder,
+    ShapeError,
+    TupleShape,
+    array,
+    evaluate_module,
+    verify_module,
+)
 from pyxla.hlo.ops.rng import philox4x32, threefry2x32
 
 

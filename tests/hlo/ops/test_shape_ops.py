@@ -4,14 +4,35 @@ References index element by element (np.indices, explicit loops) rather than cal
 NumPy function the implementation uses, so a wrong axis order or offset shows up.
 Data movement is exact: results are compared bit for bit.
 """
-import ml_dtypes
 import numpy as np
 import pytest
 
 from pyxla.errors import EvaluationError, ShapeError, VerifierError
-from pyxla.hlo import (BF16, F16, F32, F64, PRED, S8, S16, S32, S64, U8, U16, U32, ArrayShape,
-                       HloBuilder, PadDim, SliceDim, TupleShape, array, evaluate_module,
-                       from_numpy_dtype, op_def, scalar, verify_module)
+from pyxla.hlo import (
+    BF16,
+    F16,
+    F32,
+    F64,
+    PRED,
+    S8,
+    S16,
+    S32,
+    S64,
+    U8,
+    U16,
+    U32,
+    ArrayShape,
+    HloBuilder,
+    PadDim,
+    SliceDim,
+    TupleShape,
+    array,
+    evaluate_module,
+    from_numpy_dtype,
+    op_def,
+    scalar,
+    verify_module,
+)
 from pyxla.hlo.ops.shape_ops import literal_problem
 
 DTYPES = [F32, BF16, F16, F64, S8, U16, S32, S64, PRED]
@@ -287,7 +308,7 @@ def test_pad(rng, etype, dims, pads):
 
 
 def test_pad_shape_errors():
-    def bad(dims, pads, match, value=scalar(F32)):
+    def bad(dims, pads, match, value=scalar(F32)):   # noqa: B008  (a shape: immutable)
         shape_error("pad", [array(F32, *dims), value], padding=tuple(PadDim(*p) for p in pads), match=match)
     bad((3,), [(0, 0, -1)], "negative interior")
     bad((3,), [(-2, -2, 0)], "negative size")

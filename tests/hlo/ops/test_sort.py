@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from pyxla.errors import ShapeError
-from pyxla.hlo import (F32, PRED, S32, HloBuilder, TupleShape, array, evaluate_module, scalar,
-                       verify_module)
+from pyxla.hlo import F32, PRED, S32, HloBuilder, TupleShape, array, evaluate_module, scalar, verify_module
 
 
 def _module(b, root):
