@@ -46,7 +46,7 @@ from ...hlo.computation import HloComputation
 from ...hlo.cost_analysis import byte_size
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
-from ...hlo.ops.control import _branches
+from ...hlo.ops.control import branch_computations
 from ...hlo.shape import ArrayShape, Shape, TupleShape
 from ..llvm.elemental import Unsupported
 from ..llvm.indices import linear_index
@@ -154,7 +154,7 @@ def called_computations(instr: HloInstruction) -> list[HloComputation]:
     if instr.opcode == "while":
         return [instr.attrs["condition"], instr.attrs["body"]]
     if instr.opcode == "conditional":
-        return _branches(instr.attrs)
+        return branch_computations(instr.attrs)
     if instr.opcode == "call":
         return [instr.attrs["to_apply"]]
     return []
@@ -348,7 +348,7 @@ def _store_state(cg, b: ir.IRBuilder, body: Frame, state_ptrs: list[ir.Value], s
 
 def emit_conditional(cg, b: ir.IRBuilder, frame: Frame, instr: HloInstruction) -> None:
     selector, *operands = instr.operands
-    branches = _branches(instr.attrs)
+    branches = branch_computations(instr.attrs)
     result = frame.leaves(instr)
     result_ptrs = [frame.pointer(b, leaf) for leaf in result]
     selector_ptr = frame.kernel_argument(b, selector)

@@ -82,7 +82,7 @@ register(OpDef("while", "opaque", _while_shape, _while_evaluate, arity=1,
 
 # --- conditional ----------------------------------------------------------------------
 
-def _branches(attrs) -> list:
+def branch_computations(attrs) -> list:
     if "branch_computations" in attrs:
         return list(attrs["branch_computations"])
     if "true_computation" in attrs and "false_computation" in attrs:
@@ -92,7 +92,7 @@ def _branches(attrs) -> list:
 
 def _conditional_shape(operands, attrs, declared):
     selector, *branch_args = operands
-    branches = _branches(attrs)
+    branches = branch_computations(attrs)
     if "branch_computations" in attrs:
         if not (isinstance(selector, ArrayShape) and selector.rank == 0 and selector.dtype.name == "s32"):
             raise ShapeError(f"conditional with branch_computations takes an s32[] branch index, "
@@ -110,7 +110,7 @@ def _conditional_shape(operands, attrs, declared):
 
 def _conditional_evaluate(instr, operands, ctx):
     selector, *branch_args = operands
-    branches = _branches(instr.attrs)
+    branches = branch_computations(instr.attrs)
     if "branch_computations" in instr.attrs:
         index = int(selector)
         if not 0 <= index < len(branches):   # XLA runs the last branch for an out-of-range index

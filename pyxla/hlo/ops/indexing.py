@@ -255,14 +255,14 @@ GATHER_NAMES = {"window_dims": "offset_dims", "collapsed_dims": "collapsed_slice
                 "indices_batching_dims": "start_indices_batching_dims", "index_map": "start_index_map"}
 
 
-def _gather_dims(attrs) -> IndexingDims:
+def gather_dims(attrs) -> IndexingDims:
     return IndexingDims.from_attrs("gather", GATHER_NAMES, attrs)
 
 
 def _gather_shape(operands, attrs, declared):
     operand = expect_array("gather", operands[0])
     indices = expect_array("gather", operands[1], "start indices")
-    dn = _gather_dims(attrs)
+    dn = gather_dims(attrs)
     dn.check(operand, indices)
     sizes = int_list("gather", attrs, "slice_sizes")
     if len(sizes) != operand.rank:
@@ -285,7 +285,7 @@ def _gather_shape(operands, attrs, declared):
 
 def _gather_evaluate(instr, operands, ctx):
     x, indices = operands
-    dn = _gather_dims(instr.attrs)
+    dn = gather_dims(instr.attrs)
     sizes = tuple(instr.attrs["slice_sizes"])
     starts, batch_shape = dn.full_starts(indices, x.ndim)
     # Clamp so that each slice fits; batching dims already hold in-range positions.
@@ -316,11 +316,11 @@ SCATTER_NAMES = {"window_dims": "update_window_dims", "collapsed_dims": "inserte
                  "index_map": "scatter_dims_to_operand_dims"}
 
 
-def _scatter_dims(attrs) -> IndexingDims:
+def scatter_dims(attrs) -> IndexingDims:
     return IndexingDims.from_attrs("scatter", SCATTER_NAMES, attrs)
 
 
-def _scatter_groups(operands: list) -> tuple[list, object, list]:
+def scatter_operand_groups(operands: list) -> tuple[list, object, list]:
     """(inputs, indices, updates) of scatter(inputs..., indices, updates...)."""
     n = (len(operands) - 1) // 2
     return list(operands[:n]), operands[n], list(operands[n + 1:])
@@ -345,7 +345,7 @@ def _check_combiner(comp, dtypes) -> None:
 def _scatter_shape(operands, attrs, declared):
     if len(operands) % 2 == 0:
         raise ShapeError(f"scatter takes N inputs, the indices and N updates, got {len(operands)} operands")
-    inputs, indices, updates = _scatter_groups(operands)
+    inputs, indices, updates = scatter_operand_groups(operands)
     inputs = [expect_array("scatter", s, f"input {i}") for i, s in enumerate(inputs)]
     updates = [expect_array("scatter", s, f"updates {i}") for i, s in enumerate(updates)]
     indices = expect_array("scatter", indices, "scatter indices")
@@ -358,7 +358,7 @@ def _scatter_shape(operands, attrs, declared):
             raise ShapeError(f"scatter: updates {i} {u.to_text(False)} differs in dimensions from "
                              f"updates 0 {updates[0].to_text(False)}")
         expect_same_dtype("scatter", x, u, f"updates {i}")
-    dn = _scatter_dims(attrs)
+    dn = scatter_dims(attrs)
     dn.check(operand, indices)
     upd = updates[0]
     dimension_list("scatter", "update_window_dims", dn.window_dims, upd.rank, ascending=True)
@@ -398,8 +398,8 @@ def _rounds_without_repeats(targets: np.ndarray) -> list[np.ndarray]:
 
 
 def _scatter_evaluate(instr, operands, ctx):
-    inputs, indices, updates = _scatter_groups(operands)
-    dn = _scatter_dims(instr.attrs)
+    inputs, indices, updates = scatter_operand_groups(operands)
+    dn = scatter_dims(instr.attrs)
     dims = inputs[0].shape
     starts, batch_shape = dn.full_starts(indices, len(dims))
     # The window spans one element of every collapsed and batching dim.

@@ -112,7 +112,7 @@ def _philox_bits(state: np.ndarray, dims: tuple[int, ...], bits: int):
     return np.array([key] + new_counter, np.uint64), out[:count].reshape(dims)
 
 
-def _threefry_split_dim(dims: tuple[int, ...]) -> int:
+def threefry_split_dim(dims: tuple[int, ...]) -> int:
     """The dimension XLA splits into pairs: the first even one, else the first largest."""
     for i, d in enumerate(dims):
         if d % 2 == 0:
@@ -130,7 +130,7 @@ def _threefry_bits(state: np.ndarray, dims: tuple[int, ...], bits: int):
     if not dims:
         x0, _ = threefry2x32(_split_u64(np.uint64(counter)), key_words)
         return np.array([key, (counter + 1) & MASK64], np.uint64), x0.reshape(())
-    split = _threefry_split_dim(dims)
+    split = threefry_split_dim(dims)
     half = dims[:split] + (-(-dims[split] // 2),) + dims[split + 1:]
     inputs = (np.uint64(counter) + np.arange(prod(half), dtype=np.uint64)).reshape(half)
     pair = threefry2x32(_split_u64(inputs), key_words)
@@ -147,7 +147,7 @@ ALGORITHMS = {
 }
 
 
-def _algorithm(attrs: dict) -> str:
+def rng_algorithm(attrs: dict) -> str:
     name = attrs.get("algorithm", "rng_default")
     if name not in ALGORITHMS:
         raise ShapeError(f"rng-bit-generator algorithm={name} is unknown; "
@@ -157,7 +157,7 @@ def _algorithm(attrs: dict) -> str:
 
 def _rng_shape(operands, attrs, declared):
     (state,) = operands
-    name = _algorithm(attrs)
+    name = rng_algorithm(attrs)
     sizes = ALGORITHMS[name][1]
     if not (isinstance(state, ArrayShape) and state.dtype == U64 and state.rank == 1
             and state.dims[0] in sizes):
@@ -181,7 +181,7 @@ def _rng_shape(operands, attrs, declared):
 def _rng_evaluate(instr, operands, ctx):
     (state,) = operands
     bits_shape = instr.shape.elements[1]
-    name = _algorithm(instr.attrs)
+    name = rng_algorithm(instr.attrs)
     width = bits_shape.dtype.bits
     if width not in (32, 64):
         raise NotImplementedError(f"rng-bit-generator algorithm={name} producing {width}-bit "

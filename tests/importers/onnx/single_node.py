@@ -7,7 +7,8 @@ converter needs their value, when the model compiles for it).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx

@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("onnx")
 
-import onnx.backend.test  # noqa: E402
+import onnx.backend.test
 
-from pyxla.importers.onnx import backend as pyxla_backend  # noqa: E402
+from pyxla.importers.onnx import backend as pyxla_backend
 
 os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "pyxla-onnx-home"))
 

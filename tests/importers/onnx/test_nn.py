@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from .single_node import check, make_model, reference, refuses, run_pyxla, with_output_types  # noqa: E402
+from .single_node import check, make_model, reference, refuses, run_pyxla, with_output_types
 
 
 def _run(op_type, inputs, attrs, opset, outputs=("y",), known=()):

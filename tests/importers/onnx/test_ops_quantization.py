@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from .single_node import check, refuses
+from .single_node import check
 
 
 def floats(rng, *shape):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ....hlo.instruction import HloInstruction
-from ....hlo.ops.indexing import IndexingDims, _gather_dims, _scatter_dims, _scatter_groups
+from ....hlo.ops.indexing import IndexingDims, gather_dims, scatter_dims, scatter_operand_groups
 from ....hlo.shape import ArrayShape
 from ....hlo.types import ElementType
 from ...llvm.elemental import RULES, ElementalEmitter, Unsupported, clamp_index
@@ -97,7 +97,7 @@ def at_window(b: ir.IRBuilder, starts: list, window: tuple, window_operand_dims:
 def _gather(e: ElementalEmitter, instr, index):
     b = e.b
     operand, indices = instr.operands
-    dn = _gather_dims(instr.attrs)
+    dn = gather_dims(instr.attrs)
     sizes = tuple(instr.attrs["slice_sizes"])
     dims = operand.shape.dims
     if 0 in sizes and instr.shape.size:
@@ -200,8 +200,8 @@ def emit_dynamic_update_slice(ke) -> None:
 def emit_scatter(ke) -> None:
     """The inputs, then each update window that fits combined into them, in order."""
     root = kernel_root(ke)
-    inputs, indices, updates = _scatter_groups(root.operands)
-    dn = _scatter_dims(root.attrs)
+    inputs, indices, updates = scatter_operand_groups(root.operands)
+    dn = scatter_dims(root.attrs)
     combiner = root.attrs["to_apply"]
     b, e = ke.b, ke.e
     shapes = [ke.instr.shape] if len(inputs) == 1 else list(ke.instr.shape.elements)

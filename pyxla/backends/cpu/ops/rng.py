@@ -16,8 +16,8 @@ from ....hlo.ops.rng import (
     PHILOX_WEYL,
     THREEFRY_PARITY,
     THREEFRY_ROTATIONS,
-    _algorithm,
-    _threefry_split_dim,
+    rng_algorithm,
+    threefry_split_dim,
 )
 from ....hlo.shape import ArrayShape, default_layout
 from ...llvm.elemental import Unsupported
@@ -101,7 +101,7 @@ def emit_rng_bit_generator(ke) -> None:
     state_ptr, bits_ptr = output_pointers(ke)
     state_shape, bits_shape = ke.instr.shape.elements
     width = bits_shape.dtype.bits
-    name = _algorithm(root.attrs)
+    name = rng_algorithm(root.attrs)
     if width not in (32, 64):
         raise Unsupported(f"the CPU backend cannot emit rng-bit-generator algorithm={name} producing "
                           f"{width}-bit {bits_shape.dtype} (XLA's generators make 32- and 64-bit words)")
@@ -163,7 +163,7 @@ def _threefry(b: ir.IRBuilder, state: list, dims: tuple, width: int, writer: _Wr
         x0, _ = threefry2x32(b, split_u64(b, counter), key_words)
         writer.at_index((), x0)
         return [key, b.add(counter, i64(1))]
-    split = _threefry_split_dim(dims)
+    split = threefry_split_dim(dims)
     half = dims[:split] + (-(-dims[split] // 2),) + dims[split + 1:]
 
     def pair(index):
