@@ -9,11 +9,21 @@ fusion keeps intermediates out of memory).
 from __future__ import annotations
 
 from math import prod
+from typing import Protocol
 
+from .computation import HloComputation
+from .instruction import HloInstruction
 from .module import HloModule
 from .ops import op_def
 from .ops.registry import is_transcendental
 from .shape import ArrayShape, Shape, TupleShape
+
+
+class BufferPlan(Protocol):
+    """What memory_analysis reads of a buffer assignment (fusion/buffer_assignment.py)."""
+    arena_size: int
+    temps: list
+
 
 # Ops that move no data of their own or compute nothing.
 FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "opt-barrier"})
@@ -31,14 +41,14 @@ def _elements(shape: Shape) -> int:
     return shape.size if isinstance(shape, ArrayShape) else 0
 
 
-def instruction_flops(instr) -> int:
+def instruction_flops(instr: HloInstruction) -> int:
     opcode = instr.opcode
     if opcode == "dot":
-        lhs = instr.operands[0].shape
+        lhs = instr.operands[0].array_shape
         contracted = prod(lhs.dims[d] for d in instr.attrs.get("lhs_contracting_dims", ()))
         return 2 * _elements(instr.shape) * contracted
     if opcode == "convolution":
-        kernel = instr.operands[1].shape
+        kernel = instr.operands[1].array_shape
         dn = instr.attrs["dim_labels"]
         per_output = prod(kernel.dims[d] for d in dn.kernel_spatial) * kernel.dims[dn.kernel_input_feature]
         return 2 * _elements(instr.shape) * per_output
@@ -50,7 +60,7 @@ def instruction_flops(instr) -> int:
     return 0
 
 
-def kernel_cost(instr) -> tuple[int, int, int]:
+def kernel_cost(instr: HloInstruction) -> tuple[int, int, int]:
     """(flops, transcendentals, bytes read and written) of one kernel: a fusion counts its
     fused instructions' flops, and its bytes are what it reads and writes in memory."""
     body = instr.attrs["calls"].instructions if instr.opcode == "fusion" else [instr]
@@ -60,11 +70,16 @@ def kernel_cost(instr) -> tuple[int, int, int]:
     return k_flops, k_trans, k_bytes
 
 
+def _entry(module: HloModule) -> HloComputation:
+    assert module.entry is not None, f"module {module.name} has no ENTRY computation"
+    return module.entry
+
+
 def cost_analysis(module: HloModule) -> dict:
     """Totals and a per-kernel list: each ENTRY instruction that runs (kernel_cost)."""
     flops = transcendentals = bytes_accessed = 0
     kernels = []
-    for instr in module.entry.instructions:
+    for instr in _entry(module).instructions:
         if instr.opcode in FREE:
             continue
         k_flops, k_trans, k_bytes = kernel_cost(instr)
@@ -77,19 +92,21 @@ def cost_analysis(module: HloModule) -> dict:
             "bytes accessed": float(bytes_accessed), "kernels": kernels}
 
 
-def memory_analysis(module: HloModule, buffers=None) -> dict:
+def memory_analysis(module: HloModule, buffers: BufferPlan | None = None) -> dict:
     """Bytes by kind. With a buffer assignment the temp figure is its arena; without one,
     every intermediate value is counted as if it had its own buffer."""
-    entry = module.entry
+    entry = _entry(module)
     args = sum(byte_size(p.shape) for p in entry.parameters)
-    out = byte_size(entry.root.shape)
+    root = entry.root
+    assert root is not None, f"computation {entry.name} has no ROOT"
+    out = byte_size(root.shape)
     consts = sum(byte_size(i.shape) for c in module.computations for i in c.instructions if i.opcode == "constant")
     if buffers is not None:
         temps = buffers.arena_size
         unshared = sum(b.size for b in buffers.temps)
     else:
         temps = unshared = sum(byte_size(i.shape) for i in entry.instructions
-                               if i.opcode not in FREE and i is not entry.root)
+                               if i.opcode not in FREE and i is not root)
     return {"argument_size_in_bytes": args, "output_size_in_bytes": out, "constant_size_in_bytes": consts,
             "temp_size_in_bytes": temps, "temp_bytes_without_reuse": unshared,
             "peak_bytes": args + out + consts + temps}
