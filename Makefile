@@ -19,7 +19,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m pyxla.demo
 
+# Lint and type-check first: they take seconds, the suite minutes.
 test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy pyxla/hlo pyxla/passes
 	$(PY) -m pytest -n 2 -q
 
 BENCH_STAMP := $(VENV)/.installed-bench
