@@ -143,6 +143,8 @@ def _restate(comp: HloComputation, keep: list[int], new_shape: TupleShape) -> No
 
 
 def remove_dead_state(module: HloModule, loop: HloInstruction) -> bool:
+    if not isinstance(loop.shape, TupleShape):
+        return False   # an array state is one value: nothing to remove
     live = _live_state(loop)
     if live is None:
         return False

@@ -82,3 +82,36 @@ def test_dead_state_removed_and_invariant_hoisted(rng):
 def test_second_run_changes_nothing(rng):
     after = run_pass(while_loop_simplifier, loop_module(0, 6), rng, rtol=1e-5)
     assert not while_loop_simplifier(after)
+
+
+ARRAY_STATE = """HloModule w
+cond {
+  c = f32[4] parameter(0)
+  s = f32[] constant(0)
+  r = f32[] reduce(c, s), dimensions={0}, to_apply=add
+  k = f32[] constant(100)
+  ROOT lt = pred[] compare(r, k), direction=LT
+}
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT sum = f32[] add(x, y)
+}
+body {
+  b = f32[4] parameter(0)
+  a = f32[4] abs(b)
+  one = f32[4] constant({1, 1, 1, 1})
+  ROOT n = f32[4] add(a, one)
+}
+ENTRY main {
+  p = f32[4] parameter(0)
+  ROOT w = f32[4] while(p), condition=cond, body=body
+}
+"""
+
+
+def test_loop_with_an_array_state_is_kept(rng):
+    """A while whose state is one array (no tuple) has no dead state to remove; the pass
+    leaves it and the values are the evaluator's."""
+    after = run_pass(while_loop_simplifier, ARRAY_STATE, rng)
+    assert entry_opcodes(after)["while"] == 1

@@ -11,6 +11,7 @@ from pyxla.backends.cpu.conv.planes import PlaneConvolution, WeightTiles
 from pyxla.backends.cpu.conv.tile_plan import KernelPanels
 from pyxla.backends.cpu.conv.tiles import TiledConvolution
 from pyxla.backends.cpu.runtime.executable import FormedArgument
+from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.errors import ArgumentError
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 from pyxla.runtime.memory import ALIGNMENT
@@ -49,6 +50,10 @@ CASES = {
     "1d": _conv("3,20,16", "5,16,36", "3,16,36", "size=5", "b0f_0io->b0f"),
 }
 
+# Cases whose route holds at AVX-512's vector width only: over AVX2's 8 f32 lanes, 24 input
+# features are whole vectors and the 3x3 goes to Winograd's transforms instead of the tiles.
+AVX512_CASES = {"rows of 13"}
+
 # convolutions conv/planes.py runs: NCHW 1x1, and small stems over a copy of their windows
 PLANE_CASES = {
     "1x1": _conv("2,64,14,14", "1,1,64,80", "2,80,14,14", "size=1x1", "bf01_01io->bf01"),
@@ -75,6 +80,8 @@ def _compile(text: str, constant_parameters=(1,)):
 @pytest.mark.parametrize("case", [*CASES, *PLANE_CASES])
 def test_a_constant_kernel_comes_in_the_order_its_kernel_reads(case, rng, monkeypatch):
     text = CASES.get(case) or PLANE_CASES[case]
+    if case in AVX512_CASES:   # whatever the host's width: LLVM splits the wider vectors
+        monkeypatch.setattr(host_jit(), "vector_bytes", 64)
     emitter, form = (TiledConvolution, KernelPanels) if case in CASES else (PlaneConvolution, WeightTiles)
     inputs = random_inputs(parse_module(text), rng)
     want = flatten_result(evaluate_module(parse_module(text), inputs))[0]
