@@ -6,10 +6,13 @@
     @pyxla.jit
     def f(x, w):
         return pnp.tanh(x @ w)
+
+    dw = pyxla.jit(pyxla.grad(lambda w, x: pnp.sum(f(x, w))))(w, x)
 """
 __version__ = "0.1.0"
 
 from . import numpy  # noqa: F401  (installs Tracer's operators and ndarray methods, and Array.at)
+from .autodiff import float0, grad, jvp, linearize, value_and_grad, vjp  # noqa: F401
 from .errors import (  # noqa: F401
     ArgumentError,
     ConcretizationError,
@@ -30,6 +33,7 @@ from .frontend import (  # noqa: F401
     tree_unflatten,
 )
 from .frontend.array import Array  # noqa: F401  (what pyxla.numpy returns eagerly: an ndarray with .at)
+from .lax import stop_gradient  # noqa: F401
 
 
 def __getattr__(name: str):

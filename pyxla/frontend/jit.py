@@ -29,7 +29,7 @@ from ..hlo.shape import ArrayShape
 from ..hlo.types import ELEMENT_TYPES, from_numpy_dtype
 from ..hlo.verifier import verify_module
 from .pytree import PyTreeDef, tree_flatten, tree_unflatten
-from .tracing import Trace, Tracer
+from .tracing import Trace, Tracer, current_trace
 
 _DEFAULTS = {"backend": "cpu"}
 _ELEMENT_DTYPES = frozenset(t.np_dtype for t in ELEMENT_TYPES.values())
@@ -264,6 +264,11 @@ class Jitted:
                 compiled = self._fast_cache.get(fast_key)
                 if compiled is not None:
                     return compiled.fast_call(args)
+        if current_trace() is not None:
+            # Called while another function is traced (inside jit, grad, a loop body): its
+            # instructions go into that trace, as XLA inlines a nested call. (Arguments that
+            # are all NumPy arrays of a known signature took the fast path above: a constant.)
+            return self.fn(*args, **kwargs)
         static_key, leaves, in_tree = self._split_args(args, kwargs)
         key = self._key(static_key, leaves, in_tree)
         compiled = self._cache.get(key)

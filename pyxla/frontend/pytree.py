@@ -3,12 +3,20 @@
 Tuples, lists, dicts (keys sorted), None and namedtuples are containers; anything else is
 a leaf. `register_pytree_node(type, flatten, unflatten)` teaches a new container type:
 flatten(x) -> (children, aux) and unflatten(aux, children) -> x.
+
+A NumPy array of dtype `float0` (JAX's dtype of the derivatives of integer values, which
+pyxla.grad and vjp return for integer arguments) holds no data: it is structure, its shape
+kept in the tree, not a leaf. So it passes through `jit`'s results and `tree_map` as it is.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+
+float0 = np.dtype([("float0", np.void, 0)])
 
 _REGISTRY: dict[type, tuple[Callable, Callable]] = {}
 
@@ -39,6 +47,8 @@ class PyTreeDef:
             return "*"
         if self.kind == "none":
             return "None"
+        if self.kind == "float0":
+            return f"float0{list(self.aux)}"
         inner = ", ".join(map(repr, self.children))
         if self.kind is dict:
             return "{" + ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.aux, self.children)) + "}"
@@ -71,6 +81,8 @@ def _flatten(x: Any, leaves: list) -> PyTreeDef:
     if cls is dict:
         keys = tuple(sorted(x))
         return PyTreeDef(dict, keys, tuple(_flatten(x[k], leaves) for k in keys))
+    if cls is np.ndarray and x.dtype.kind == "V" and x.dtype == float0:
+        return PyTreeDef("float0", x.shape, ())
     leaves.append(x)
     return LEAF
 
@@ -92,6 +104,8 @@ def _unflatten(t: PyTreeDef, it) -> Any:
             raise ValueError("tree_unflatten: too few leaves") from None
     if t.kind == "none":
         return None
+    if t.kind == "float0":
+        return np.zeros(t.aux, float0)
     children = [_unflatten(c, it) for c in t.children]
     if t.kind in _REGISTRY:
         return _REGISTRY[t.kind][1](t.aux, children)

@@ -13,10 +13,11 @@ of the inner computation, which the control-flow primitives pass in.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,32 @@ def user_source_location() -> tuple[str, int] | None:
 def where() -> str:
     loc = user_source_location()
     return f" (at {loc[0]}:{loc[1]})" if loc else ""
+
+
+def _scope_names() -> list[str]:
+    if not hasattr(_state, "scope_names"):
+        _state.scope_names = []
+    return _state.scope_names
+
+
+@contextlib.contextmanager
+def emission_scope(name: str | None = None, location: tuple[str, int] | None = None) -> Iterator[None]:
+    """Instructions emitted inside get `name` in their op_name (`jit(f)/name/opcode`, nested
+    scopes in order) and, where given, `location` as their source file and line instead of
+    the caller's frame. Transformations that re-emit a traced program (pyxla.grad) use it
+    so that each derived instruction points at the user's line it came from."""
+    names = _scope_names()
+    old_location = getattr(_state, "location", None)
+    if name:
+        names.append(name)
+    if location is not None:
+        _state.location = location
+    try:
+        yield
+    finally:
+        if name:
+            names.pop()
+        _state.location = old_location
 
 
 class Tracer:
@@ -171,6 +198,9 @@ class Trace:
         self.captures: list[tuple[Any, Tracer]] = []   # (value of the enclosing trace, parameter here)
         self._captured: dict[int, Tracer] = {}
         self.num_parameters = 0
+        # Instructions of this trace that stop gradients (lax.stop_gradient): copies that
+        # pyxla.grad and friends treat as constants.
+        self.gradient_stops: set[HloInstruction] = set()
         root = self
         while root.parent is not None:
             root = root.parent
@@ -232,8 +262,8 @@ class Trace:
 
     def emit(self, opcode: str, operands: Sequence[Any], shape: Shape | None, attrs: dict) -> Tracer:
         instrs = [self.lift(o).instr for o in operands]
-        loc = user_source_location()
-        metadata = {"op_name": f"{self.op_prefix}/{opcode}"}
+        loc = getattr(_state, "location", None) or user_source_location()
+        metadata = {"op_name": "/".join([self.op_prefix, *_scope_names(), opcode])}
         if loc:
             metadata["source_file"], metadata["source_line"] = loc
         try:

@@ -24,6 +24,7 @@ Files, in the order of XLA's operation semantics:
   sorting.py        sort, sort_key_val, top_k
   rng.py            rng_bit_generator
   control_flow.py   while_loop, fori_loop, cond, switch, scan, optimization_barrier
+  gradients.py      stop_gradient
 """
 from ._windows import padtype_to_pads
 from .contractions import ConvDimensionNumbers, conv_dimension_numbers, conv_general_dilated, dot, dot_general
@@ -85,6 +86,7 @@ from .elementwise import (
     tan,
     tanh,
 )
+from .gradients import stop_gradient
 from .indexing import (
     GatherDimensionNumbers,
     GatherScatterMode,
@@ -168,6 +170,8 @@ __all__ = [
     "reduce_window_min", "reduce_window_sum", "reduce_xor", "select_and_scatter_add",
     # sorting, random bits
     "sort", "sort_key_val", "top_k", "RandomAlgorithm", "rng_bit_generator",
+    # differentiation
+    "stop_gradient",
     # control flow
     "cond", "fori_loop", "optimization_barrier", "scan", "switch", "while_loop",
 ]

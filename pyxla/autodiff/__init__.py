@@ -1,0 +1,24 @@
+"""Automatic differentiation: grad, value_and_grad, vjp, jvp, linearize (JAX's API).
+
+    import pyxla, pyxla.numpy as pnp
+
+    loss = lambda w, x: pnp.sum(pnp.tanh(x @ w) ** 2)
+    g = pyxla.jit(pyxla.grad(loss))(w, x)       # forward and backward: one HLO program
+
+The function is traced into an HLO computation; its derivative is built from rules per
+HLO opcode and emitted as ordinary HLO (into the enclosing jit, or run eagerly), so the
+backward pass goes through pyxla's passes, fusion and backends like any program.
+
+Files, in the order a derivative is built:
+  staging.py          the function traced into a computation (and gradient stops kept)
+  forward.py          forward mode over the computation: primal and tangent, per instruction
+  jvp_rules.py        the tangent rule of each opcode
+  transpose.py        the backward pass: the linear tangent program run in reverse
+  transpose_rules.py  the cotangent rule of each linear opcode
+  rule_helpers.py     what the rules share
+  api.py              grad, value_and_grad, vjp, jvp, linearize
+Design and coverage: docs/autodiff.md.
+"""
+from .api import float0, grad, jvp, linearize, value_and_grad, vjp
+
+__all__ = ["float0", "grad", "jvp", "linearize", "value_and_grad", "vjp"]

@@ -1,0 +1,273 @@
+"""JVP rules: the tangent of each HLO opcode's result, written in pyxla.lax.
+
+A rule is `rule(instr, primals, tangents, out) -> tangent`: `instr` is the staged
+instruction (its shapes and attributes), `primals` its operands' values, `tangents` theirs
+(None: zero, at least one is not None), `out` the primal result. The result must be linear
+in the tangents, with each tangent reaching it only through the linear operations whose
+transposes transpose_rules.py knows (add, subtract, negate, multiply or divide by a primal
+value, select, convert, the data-movement ops, sum reductions, dot). Rules follow JAX's
+conventions: max/min split the derivative evenly between tied operands, abs has slope 1 at
+0, clamp passes none at its bounds, sign/floor/ceil/round have zero derivative.
+
+A rule raises MissingRule for a form it does not handle (then the result is poisoned, see
+forward.py).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from .. import lax
+from ..frontend.tracing import bind
+from ..hlo.instruction import HloInstruction
+from ..hlo.shape import ArrayShape
+from ..hlo.types import S32
+from .rule_helpers import (
+    MissingRule,
+    add_all,
+    add_computation,
+    array_shape,
+    broadcast_to,
+    full_like,
+    instantiate,
+    overwrite_computation,
+    reducer_kind,
+    scalar,
+    scatter_windows,
+    zeros,
+)
+from .staging import semantic_attrs
+
+Rule = Callable[[HloInstruction, list[Any], list[Any], Any], Any]
+JVP_RULES: dict[str, Rule] = {}
+
+
+def defjvp(opcode: str, *partials: Callable[..., Any] | None) -> None:
+    """A rule from one function per operand, `partial(t, out, *primals)`: that operand's
+    contribution to the tangent (None: the operand has none)."""
+    def rule(instr, primals, tangents, out):
+        return add_all([p(t, out, *primals) for p, t in zip(partials, tangents)
+                        if p is not None and t is not None])
+    JVP_RULES[opcode] = rule
+
+
+def defzero(*opcodes: str) -> None:
+    """Opcodes whose result is piecewise constant: zero tangent."""
+    for opcode in opcodes:
+        JVP_RULES[opcode] = lambda instr, primals, tangents, out: None
+
+
+def deflinear(opcode: str, *positions: int) -> None:
+    """Opcodes linear in the operands at `positions` (the others, indices, pass as they are):
+    the tangent is the same opcode applied to the operands' tangents."""
+    def rule(instr, primals, tangents, out):
+        ops = [instantiate(tangents[i], instr.operands[i].shape) if i in positions else primals[i]
+               for i in range(len(primals))]
+        return bind(instr.opcode, *ops, shape=instr.shape, **semantic_attrs(instr))
+    JVP_RULES[opcode] = rule
+
+
+# --- arithmetic -----------------------------------------------------------------------------
+
+defjvp("add", lambda t, out, x, y: t, lambda t, out, x, y: t)
+
+
+def _subtract(instr, primals, tangents, out):
+    t_x, t_y = tangents
+    if t_x is not None and t_y is not None:
+        return lax.sub(t_x, t_y)
+    return t_x if t_y is None else lax.neg(t_y)
+
+
+JVP_RULES["subtract"] = _subtract
+defjvp("multiply", lambda t, out, x, y: lax.mul(t, y), lambda t, out, x, y: lax.mul(x, t))
+defjvp("divide", lambda t, out, x, y: lax.div(t, y), lambda t, out, x, y: lax.mul(t, lax.neg(lax.div(out, y))))
+defjvp("negate", lambda t, out, x: lax.neg(t))
+
+
+def _balanced_eq(x: Any, z: Any, y: Any) -> Any:
+    """1 where x is the result z and y is not, 0.5 where both are, else 0 (JAX's convention
+    for max and min: tied operands share the derivative)."""
+    return lax.div(lax.select(lax.eq(x, z), full_like(z, 1), full_like(z, 0)),
+                   lax.select(lax.eq(y, z), full_like(z, 2), full_like(z, 1)))
+
+
+for _opcode in ("maximum", "minimum"):
+    defjvp(_opcode, lambda t, out, x, y: lax.mul(t, _balanced_eq(x, out, y)),
+           lambda t, out, x, y: lax.mul(t, _balanced_eq(y, out, x)))
+
+
+def _replace_zero(x: Any) -> Any:
+    return lax.select(lax.eq(x, full_like(x, 0)), full_like(x, 1), x)
+
+
+def _pow_base(t, out, x, y):
+    # y * x^(y-1), with x^(0-1) read as x^1 so that y == 0 gives 0 rather than 0 * inf.
+    exponent = lax.select(lax.eq(y, full_like(y, 0)), full_like(y, 1), lax.sub(y, full_like(y, 1)))
+    return lax.mul(t, lax.mul(y, lax.pow(x, exponent)))
+
+
+def _pow_exponent(t, out, x, y):
+    # log(x) * x^y, with log(0) read as 0 (JAX's convention).
+    return lax.mul(t, lax.mul(lax.log(_replace_zero(x)), out))
+
+
+defjvp("power", _pow_base, _pow_exponent)
+defjvp("remainder", lambda t, out, x, y: t,
+       lambda t, out, x, y: lax.mul(t, lax.neg(lax.mul(lax.sign(lax.div(x, y)),
+                                                       lax.floor(lax.abs(lax.div(x, y)))))))
+
+
+def _atan2_denominator(x: Any, y: Any) -> Any:
+    return lax.add(lax.mul(x, x), lax.mul(y, y))
+
+
+defjvp("atan2", lambda t, out, x, y: lax.mul(t, lax.div(y, _atan2_denominator(x, y))),
+       lambda t, out, x, y: lax.mul(t, lax.neg(lax.div(x, _atan2_denominator(x, y)))))
+
+# --- math functions -------------------------------------------------------------------------
+
+defjvp("exponential", lambda t, out, x: lax.mul(t, out))
+defjvp("exponential-minus-one", lambda t, out, x: lax.mul(t, lax.add(out, 1)))
+defjvp("log", lambda t, out, x: lax.div(t, x))
+defjvp("log-plus-one", lambda t, out, x: lax.div(t, lax.add(x, 1)))
+defjvp("tanh", lambda t, out, x: lax.mul(t, lax.sub(1, lax.mul(out, out))))
+defjvp("logistic", lambda t, out, x: lax.mul(t, lax.mul(out, lax.sub(1, out))))
+defjvp("sqrt", lambda t, out, x: lax.mul(t, lax.div(0.5, out)))
+defjvp("rsqrt", lambda t, out, x: lax.mul(t, lax.mul(-0.5, lax.div(out, x))))
+defjvp("cbrt", lambda t, out, x: lax.mul(t, lax.div(1 / 3, lax.mul(out, out))))
+defjvp("sine", lambda t, out, x: lax.mul(t, lax.cos(x)))
+defjvp("cosine", lambda t, out, x: lax.mul(t, lax.neg(lax.sin(x))))
+defjvp("tan", lambda t, out, x: lax.mul(t, lax.add(1, lax.mul(out, out))))
+defjvp("erf", lambda t, out, x: lax.mul(t, lax.mul(2 / math.sqrt(math.pi), lax.exp(lax.neg(lax.mul(x, x))))))
+defjvp("abs", lambda t, out, x: lax.select(lax.ge(x, full_like(x, 0)), t, lax.neg(t)))
+defzero("sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even")
+
+# --- select, clamp, conversions -------------------------------------------------------------
+
+
+def _select(instr, primals, tangents, out):
+    _, t_true, t_false = tangents
+    return lax.select(primals[0], instantiate(t_true, instr.shape), instantiate(t_false, instr.shape))
+
+
+JVP_RULES["select"] = _select
+
+
+def _clamp(instr, primals, tangents, out):
+    lo, x, hi = primals
+    t_lo, t_x, t_hi = tangents
+    zero = full_like(out, 0)
+    terms = []
+    if t_lo is not None:   # the lower bound is the result where it exceeds x (and is below hi)
+        terms.append(lax.select(lax.bitwise_and(lax.gt(lo, x), lax.lt(lo, hi)), broadcast_to(t_lo, instr.shape), zero))
+    if t_x is not None:
+        terms.append(lax.select(lax.bitwise_and(lax.gt(x, lo), lax.lt(x, hi)), t_x, zero))
+    if t_hi is not None:
+        terms.append(lax.select(lax.lt(hi, x), broadcast_to(t_hi, instr.shape), zero))
+    return add_all(terms)
+
+
+JVP_RULES["clamp"] = _clamp
+
+
+def _convert(instr, primals, tangents, out):
+    source, target = array_shape(instr.operands[0].shape).dtype, array_shape(instr.shape).dtype
+    if not (source.is_float and target.is_float):
+        return None   # to or from integers: piecewise constant
+    return lax.convert_element_type(tangents[0], target)
+
+
+JVP_RULES["convert"] = _convert
+deflinear("copy", 0)
+deflinear("reduce-precision", 0)
+
+# --- data movement ---------------------------------------------------------------------------
+
+for _opcode in ("broadcast", "reshape", "transpose", "slice", "reverse", "dynamic-slice", "gather"):
+    deflinear(_opcode, 0)
+deflinear("pad", 0, 1)
+deflinear("dynamic-update-slice", 0, 1)
+
+
+def _concatenate(instr, primals, tangents, out):
+    ops = [instantiate(t, o.shape) for t, o in zip(tangents, instr.operands)]
+    return bind("concatenate", *ops, shape=instr.shape, **semantic_attrs(instr))
+
+
+JVP_RULES["concatenate"] = _concatenate
+
+
+def _scatter(instr, primals, tangents, out):
+    """scatter that adds: linear in the operand and the updates. scatter that overwrites:
+    each position's tangent is that of the value written there last, found by scattering
+    the updates' ids the same way (JAX's rule)."""
+    if len(primals) != 3:
+        raise MissingRule
+    kind = reducer_kind(instr.attrs["to_apply"])
+    _, indices, _ = primals
+    t_operand, _, t_updates = tangents
+    op_shape, upd_shape = array_shape(instr.operands[0].shape), array_shape(instr.operands[2].shape)
+    attrs = semantic_attrs(instr)
+    if kind == "add":
+        return bind("scatter", instantiate(t_operand, op_shape), indices, instantiate(t_updates, upd_shape),
+                    shape=instr.shape, **attrs)
+    if kind != "second":
+        raise MissingRule
+    scatter_dims = [d for d in range(upd_shape.rank) if d not in attrs["update_window_dims"]]
+    positions = [upd_shape.dims[d] for d in scatter_dims]
+    ids = lax.add(lax.reshape(lax.iota(S32, math.prod(positions)), positions), 1)
+    ids = lax.broadcast_in_dim(ids, upd_shape.dims, scatter_dims)
+    written = bind("scatter", lax.full(op_shape.dims, 0, S32), indices, ids, shape=ArrayShape(S32, op_shape.dims),
+                   **{**attrs, "to_apply": overwrite_computation(S32)})
+    terms = []
+    if t_operand is not None:   # positions no update wrote keep the operand's tangent
+        terms.append(lax.select(lax.eq(written, lax.full_like(written, 0)), t_operand, zeros(op_shape)))
+    if t_updates is not None:   # each update's tangent where it was the last one written
+        read_back, _ = scatter_windows(instr, written, indices)
+        kept = lax.select(lax.eq(read_back, ids), t_updates, zeros(upd_shape))
+        terms.append(bind("scatter", zeros(op_shape), indices, kept, shape=instr.shape,
+                          **{**attrs, "to_apply": add_computation(op_shape.dtype)}))
+    return add_all(terms)
+
+
+JVP_RULES["scatter"] = _scatter
+
+# --- reductions and contractions --------------------------------------------------------------
+
+
+def _reduce(instr, primals, tangents, out):
+    if len(primals) != 2:
+        raise MissingRule   # variadic reductions (argmax's value and index pairs)
+    kind = reducer_kind(instr.attrs["to_apply"])
+    (x, _), (t_x, t_init) = primals, tangents
+    dims = tuple(instr.attrs["dimensions"])
+    if kind == "add":
+        total = None
+        if t_x is not None:
+            total = bind("reduce", t_x, scalar(0, instr.shape), shape=instr.shape, **semantic_attrs(instr))
+        if t_init is not None:
+            total = add_all([total, broadcast_to(t_init, instr.shape)])
+        return total
+    if kind in ("maximum", "minimum") and t_init is None:
+        # The derivative goes to the elements equal to the result, shared evenly among ties.
+        rank = len(array_shape(instr.operands[0].shape).dims)
+        kept = [d for d in range(rank) if d not in dims]
+        chosen = lax.eq(x, lax.broadcast_in_dim(out, array_shape(instr.operands[0].shape).dims, kept))
+        chosen = lax.convert_element_type(chosen, array_shape(instr.shape).dtype)
+        return lax.div(lax.reduce_sum(lax.mul(t_x, chosen), dims), lax.reduce_sum(chosen, dims))
+    raise MissingRule
+
+
+JVP_RULES["reduce"] = _reduce
+
+
+def _dot(instr, primals, tangents, out):
+    attrs = semantic_attrs(instr)
+    (x, y), (t_x, t_y) = primals, tangents
+    return add_all([None if t_x is None else bind("dot", t_x, y, shape=instr.shape, **attrs),
+                    None if t_y is None else bind("dot", x, t_y, shape=instr.shape, **attrs)])
+
+
+JVP_RULES["dot"] = _dot

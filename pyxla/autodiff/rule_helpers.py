@@ -1,0 +1,151 @@
+"""What the JVP and transpose rules share: zeros, sums of tangents, reducer kinds.
+
+Rules are written with pyxla.lax, so they emit HLO into whichever trace is current (or run
+at once eagerly), exactly as user code does.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import lax
+from ..frontend.tracing import bind, shape_of
+from ..hlo.builder import HloBuilder
+from ..hlo.computation import HloComputation
+from ..hlo.instruction import HloInstruction
+from ..hlo.shape import ArrayShape, Shape
+from ..hlo.types import ElementType
+from ..numpy.core import computation_name, scalar_reducer
+
+
+class MissingRule(Exception):
+    """Raised by a rule for a form of its opcode it does not handle (a reduction with a
+    reducer it does not know, several operands, ...): the result is then treated as an
+    opcode without a rule."""
+
+
+def array_shape(shape: Shape) -> ArrayShape:
+    assert isinstance(shape, ArrayShape), shape
+    return shape
+
+
+def zeros(shape: Shape) -> Any:
+    """An array of zeros of `shape` (a broadcast constant in a trace)."""
+    s = array_shape(shape)
+    return lax.full(s.dims, 0, s.dtype)
+
+
+def scalar(value: Any, shape: Shape) -> np.ndarray:
+    """`value` as a 0-d array of `shape`'s element type."""
+    return np.array(value).astype(array_shape(shape).dtype.np_dtype)
+
+
+def full_like(x: Any, value: Any) -> Any:
+    """An array like `x` (shape and type) filled with `value`."""
+    return lax.full_like(x, value)
+
+
+def instantiate(t: Any, shape: Shape) -> Any:
+    """A tangent or cotangent as an array: zeros for the symbolic zero None."""
+    return zeros(shape) if t is None else t
+
+
+def add_all(terms: list[Any]) -> Any:
+    """The sum of the non-None terms; None when there are none."""
+    total = None
+    for t in terms:
+        if t is not None:
+            total = t if total is None else lax.add(total, t)
+    return total
+
+
+def broadcast_to(t: Any, shape: Shape) -> Any:
+    """A scalar (or same-shape) value broadcast to `shape`'s dimensions."""
+    dims = array_shape(shape).dims
+    if shape_of(t).dims == dims:
+        return t
+    return lax.broadcast_in_dim(t, dims, ())
+
+
+def sum_to(t: Any, shape: Shape) -> Any:
+    """A cotangent of a broadcast scalar operand summed back to `shape` (a scalar)."""
+    s = array_shape(shape)
+    have = shape_of(t).dims
+    if have == s.dims:
+        return t
+    return lax.reshape(lax.reduce_sum(t, tuple(range(len(have)))), s.dims)
+
+
+def reducer_kind(computation: HloComputation) -> str | None:
+    """'add', 'maximum', 'minimum', 'multiply', ... for a reducer `(a, b) -> op(a, b)` of two
+    scalars; 'second' for `(a, b) -> b` (scatter's overwrite); None for anything else."""
+    params = computation.parameters
+    root = computation.root
+    if len(params) != 2 or root is None:
+        return None
+    if root is params[1]:
+        return "second"
+    if len(root.operands) == 2 and {id(o) for o in root.operands} == {id(p) for p in params}:
+        return root.opcode
+    return None
+
+
+def add_computation(dtype: ElementType) -> HloComputation:
+    """`(a, b) -> a + b` on scalars of `dtype`: scatter-add's combiner."""
+    return scalar_reducer("add", dtype.np_dtype)
+
+
+def overwrite_computation(dtype: ElementType) -> HloComputation:
+    """`(a, b) -> b` on scalars of `dtype`: the combiner of a scatter that overwrites."""
+    b = HloBuilder(computation_name(f"overwrite_{dtype.name}"))
+    b.parameter(ArrayShape(dtype, ()), "a")
+    return b.build(b.parameter(ArrayShape(dtype, ()), "b"))
+
+
+def _index_bounds(indices: Any, index_vector_dim: int, bounds: list[int]) -> Any:
+    """Per-entry upper bounds of the index vectors, as an array shaped like `indices`."""
+    s = array_shape(shape_of(indices))
+    upper = np.asarray(bounds, dtype=s.dtype.np_dtype)
+    if index_vector_dim == s.rank:
+        return lax.broadcast_in_dim(upper.reshape(()), s.dims, ())
+    return lax.broadcast_in_dim(upper, s.dims, (index_vector_dim,))
+
+
+def clamp_indices(indices: Any, index_vector_dim: int, bounds: list[int]) -> Any:
+    """Each index vector's entries clamped to [0, bound]: where gather puts a slice that
+    does not fit (XLA clamps the start so that it does)."""
+    s = array_shape(shape_of(indices))
+    return lax.clamp(lax.full(s.dims, 0, s.dtype), indices, _index_bounds(indices, index_vector_dim, bounds))
+
+
+def in_bounds(indices: Any, index_vector_dim: int, bounds: list[int]) -> Any:
+    """pred per index vector: whether every entry lies in [0, bound] (scatter applies only
+    the windows that fit)."""
+    s = array_shape(shape_of(indices))
+    ok = lax.bitwise_and(lax.ge(indices, lax.full(s.dims, 0, s.dtype)),
+                         lax.le(indices, _index_bounds(indices, index_vector_dim, bounds)))
+    return lax.reduce_and(ok, (index_vector_dim,)) if index_vector_dim < s.rank else ok
+
+
+def scatter_windows(instr: HloInstruction, x: Any, indices: Any) -> tuple[Any, Any]:
+    """For a scatter `instr` of one array: the windows of `x` (shaped like the operand) that
+    its updates were written to, shaped like the updates, and a pred per scatter position
+    (shaped like the updates) that says whether the window fit, so that scatter applied it."""
+    a = instr.attrs
+    op_shape, upd_shape = array_shape(instr.operands[0].shape), array_shape(instr.operands[2].shape)
+    dropped = set(a["inserted_window_dims"]) | set(a.get("input_batching_dims", ()))
+    window = iter(a["update_window_dims"])
+    sizes = [1 if d in dropped else upd_shape.dims[next(window)] for d in range(op_shape.rank)]
+    attrs = {"offset_dims": a["update_window_dims"], "collapsed_slice_dims": a["inserted_window_dims"],
+             "start_index_map": a["scatter_dims_to_operand_dims"], "index_vector_dim": a["index_vector_dim"],
+             "slice_sizes": tuple(sizes)}
+    if a.get("input_batching_dims"):
+        attrs["operand_batching_dims"] = a["input_batching_dims"]
+        attrs["start_indices_batching_dims"] = a["scatter_indices_batching_dims"]
+    x_type = array_shape(shape_of(x)).dtype
+    gathered = bind("gather", x, indices, shape=ArrayShape(x_type, upd_shape.dims), **attrs)
+    bounds = [op_shape.dims[d] - sizes[d] for d in a["scatter_dims_to_operand_dims"]]
+    scatter_dims = [d for d in range(upd_shape.rank) if d not in a["update_window_dims"]]
+    fits = lax.broadcast_in_dim(in_bounds(indices, a["index_vector_dim"], bounds), upd_shape.dims, scatter_dims)
+    return gathered, fits
