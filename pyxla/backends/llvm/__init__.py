@@ -7,4 +7,5 @@ intermediates), inline transcendentals (fast_math*.py), bit-level ops (llvm/bits
 transposes (llvm/transpose_loops.py). A target adds its kernels, its runtime and its entry
 function around these; nothing here imports from a target's package.
 """
-from . import bits  # noqa: F401  (registers the bit-level elemental rules)
+# Importing these registers their elemental rules.
+from . import bits, convolution, indexing, windows  # noqa: F401

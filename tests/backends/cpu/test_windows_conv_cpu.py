@@ -12,6 +12,7 @@ from pyxla.backends.cpu.conv import tile_plan
 from pyxla.backends.cpu.conv import tiles as conv_tiles
 from pyxla.backends.cpu.ops import windows
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
+from pyxla.backends.llvm import windows as llvm_windows
 from pyxla.hlo import evaluate_module, parse_module
 
 from ...passes.test_convolution_layout import PADDED_CHAIN
@@ -83,7 +84,7 @@ def test_reduce_window_float(dims, window, reducer, rng):
     assert got[0].shape == tuple(out)
 
 
-clamp = windows._clamped_windows
+clamp = llvm_windows.clamped_windows
 POOLS = [
     # (dims, window, whether every window holds an element: padding read as the nearest one)
     ((1, 3, 12, 11), "size=1x1x3x3 stride=1x1x2x2 pad=0_0x0_0x1_1x1_1", True),   # ResNet's max pool
@@ -97,10 +98,10 @@ POOLS = [
 @pytest.mark.parametrize("dims,window,clamped", POOLS, ids=[w for _, w, _ in POOLS])
 def test_pooling_reads_padding_as_the_nearest_element(dims, window, clamped, reducer, rng, monkeypatch):
     """A max or min over windows that each hold an element reads padding as the nearest
-    element (windows._clamped_windows); NaNs at the edges still propagate, and windows of
+    element (llvm/windows.py's clamped_windows); NaNs at the edges still propagate, and windows of
     padding only give the init value."""
     decided = []
-    monkeypatch.setattr(windows, "_clamped_windows", lambda instr: decided.append(clamp(instr)) or decided[-1])
+    monkeypatch.setattr(llvm_windows, "clamped_windows", lambda instr: decided.append(clamp(instr)) or decided[-1])
     out = window_output(dims, window)
     text = reduce_window_module(reducer, "f32", ",".join(map(str, dims)), window, ",".join(map(str, out)))
     x = (rng.standard_normal(dims) * 3).astype(np.float32)

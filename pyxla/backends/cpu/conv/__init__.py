@@ -1,5 +1,5 @@
-"""Convolution on the CPU. geometry.py holds what every route shares (and the elemental rule
-any convolution can fall back to). Each kernel module registers its emitter in
+"""Convolution on the CPU. llvm/convolution.py holds the geometry every route shares (and
+the elemental rule any convolution can fall back to, on every target). Each kernel module registers its emitter in
 tiles.EMITTERS when imported, and a convolution goes to the first that fits; with the
 imports in cpu/__init__.py (planes.py imports pointwise.py first) that order is winograd.py
 (3x3, stride 1), planes.py (NCHW feature planes), pointwise.py (1x1 as pyxla's GEMM),

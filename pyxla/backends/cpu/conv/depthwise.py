@@ -39,12 +39,12 @@ import llvmlite.ir as ir
 
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape, default_layout
+from ...llvm.convolution import ConvGeometry
 from ...llvm.indices import linear_index
 from ...llvm.ir_types import I1, I8, I64, PTR, alloca_in_entry, etype, fma_intrinsic, i64, splat
 from ...llvm.loops import for_range, stepped_loop
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from ..runtime.llvm_jit import host_jit
-from .geometry import ConvGeometry
 from .tile_plan import MIN_GROUP_FEATURES, minor_dimension
 from .tiles import EMITTERS, ConvolutionEmitter
 

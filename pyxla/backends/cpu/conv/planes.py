@@ -48,13 +48,13 @@ import numpy as np
 from ....hlo.attributes import features_first
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape
+from ...llvm.convolution import ConvGeometry
 from ...llvm.indices import linear_index
 from ...llvm.ir_types import I1, I64, PTR, alloca_in_entry, etype, fma_intrinsic, i64, prefetch, smin, splat
 from ...llvm.loops import stepped_loop
+from ...llvm.windows import window_source
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
-from ..ops.windows import window_source
 from ..runtime.llvm_jit import host_jit
-from .geometry import ConvGeometry
 from .pointwise import pointwise, row_major_float, subsampled_input
 from .tile_plan import output_tiles_first, window_strides
 from .tiles import EMITTERS, ConvolutionEmitter

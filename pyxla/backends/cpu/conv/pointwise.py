@@ -22,13 +22,13 @@ from math import prod
 from ....hlo.attributes import features_first
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape, default_layout
+from ...llvm.convolution import ConvGeometry
 from ...llvm.indices import delinearize
 from ...llvm.ir_types import etype, i64
 from ..codegen import GEMV_PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from ..dot.gemv import emit_gemv
 from ..dot.tasks import emit_dot_tasks
 from ..runtime.parallel import worker_pool
-from .geometry import ConvGeometry
 from .tiles import EMITTERS, conv_operand
 
 # NHWC convolutions go to the register tiles (conv/tiles.py), which read a constant kernel

@@ -13,10 +13,10 @@ import numpy as np
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape
 from ....runtime.memory import aligned_copy
+from ...llvm.convolution import ConvGeometry
 from ...llvm.ir_types import etype
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from ..runtime.llvm_jit import host_jit
-from .geometry import ConvGeometry
 
 # Positions of a tile by the host's vector width (llvm_jit.LlvmJit.vector_bytes): positions x
 # TILE_VECTORS accumulators, 12 of AVX2's 16 registers, 16 of AVX-512's 32. AVX-512's wider

@@ -2,7 +2,7 @@
 or with its elementwise epilogue (an output fusion). Groups with few output features
 (depthwise) have a kernel of their own (conv/depthwise.py), and 3x3 windows of stride 1 over
 enough output go to Winograd's transforms (conv/winograd.py), whose products run in these
-tiles' inner loop; other element types are computed by the elemental loops (conv/geometry.py).
+tiles' inner loop; other element types are computed by the elemental loops (llvm/convolution.py).
 
 The output is a matrix of positions by output features: a position is one output batch
 element at one output spatial point (row-major over batch then the spatial dimensions in
@@ -53,6 +53,7 @@ from ....fusion.buffer_assignment import read_elementwise
 from ....hlo.attributes import WindowDim, features_first
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape, default_layout
+from ...llvm.convolution import ConvGeometry
 from ...llvm.indices import delinearize, linear_index
 from ...llvm.ir_types import (
     PTR,
@@ -67,10 +68,9 @@ from ...llvm.ir_types import (
     transpose_square,
 )
 from ...llvm.loops import for_range, stepped_loop
+from ...llvm.windows import window_source
 from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS, kernel_root
-from ..ops.windows import window_source
 from ..runtime.parallel import emit_parallel_tasks, worker_pool
-from .geometry import ConvGeometry
 from .tile_plan import KernelPanels, fits, minor_dimension, panel_layout, plan, window_strides
 
 UNROLL = 1                 # input features per trip of the inner loop: LLVM unrolls it as it sees

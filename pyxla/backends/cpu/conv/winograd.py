@@ -42,11 +42,11 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ....hlo.instruction import HloInstruction
+from ...llvm.convolution import ConvGeometry
 from ...llvm.ir_types import alloca_in_entry, etype, i64, smin
 from ...llvm.loops import for_range, stepped_loop
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from ..runtime.llvm_jit import host_jit
-from .geometry import ConvGeometry
 from .tile_plan import TILE_OVERHEAD, output_tiles_first, panel_layout, window_strides
 from .tile_plan import fits as tiles_fit
 from .tiles import EMITTERS, TiledConvolution

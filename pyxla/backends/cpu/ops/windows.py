@@ -12,7 +12,6 @@ the same as folding init values for the padding).
 from __future__ import annotations
 
 import itertools
-from math import prod
 
 import llvmlite.ir as ir
 import numpy as np
@@ -20,146 +19,13 @@ import numpy as np
 from ....hlo.attributes import WindowDim
 from ....hlo.instruction import uniform_value
 from ....hlo.shape import TupleShape
-from ...llvm.elemental import RULES, ElementalEmitter, convert
 from ...llvm.indices import linear_index
 from ...llvm.ir_types import I1, I64, alloca_in_entry, compute_type, etype, i64, storage_type
 from ...llvm.loops import counted_loop, for_range, short_circuit, stepped_loop
+from ...llvm.windows import clamped_windows, fold_tree, when, window_source
 from ..codegen import KERNELS, kernel_root, output_pointers
 from ..runtime.llvm_jit import host_jit
 
-
-def window_source(b: ir.IRBuilder, outputs: tuple, offsets: tuple, window, sizes: tuple,
-                  inside: frozenset = frozenset()) -> tuple[ir.Value | None, tuple]:
-    """(whether an input element exists, its index clamped into the input) for output
-    positions `outputs` at window offsets `offsets`, one entry per windowed dimension.
-    Only the checks a dimension's padding and dilation make necessary are emitted; None
-    when there are none (every position holds an element). Dimensions in `inside` are known
-    to have their windows inside the input (no base dilation): no checks along them."""
-    valid = None
-    index = []
-    for d, (o, k, w, size) in enumerate(zip(outputs, offsets, window, sizes)):
-        checked = d not in inside
-        at = o if w.stride == 1 else b.mul(o, i64(w.stride))
-        if w.rhs_dilate != 1:
-            k = b.mul(k, i64(w.rhs_dilate))
-        at = b.add(at, k)
-        if w.pad_low:
-            at = b.sub(at, i64(w.pad_low))
-        if w.pad_low > 0 and checked:
-            valid = _and(b, valid, b.icmp_signed(">=", at, i64(0)))
-        if w.lhs_dilate != 1:
-            valid = _and(b, valid, b.icmp_signed("==", b.srem(at, i64(w.lhs_dilate)), i64(0)))
-            at = b.sdiv(at, i64(w.lhs_dilate))
-        if (w.pad_high > 0 or w.lhs_dilate != 1) and checked:
-            valid = _and(b, valid, b.icmp_signed("<", at, i64(size)))
-        if (w.pad_low > 0 or w.pad_high > 0 or w.lhs_dilate != 1) and checked:
-            at = _clamp(b, at, size)
-        index.append(at)
-    return valid, tuple(index)
-
-
-def _and(b: ir.IRBuilder, valid: ir.Value | None, condition: ir.Value) -> ir.Value:
-    return condition if valid is None else b.and_(valid, condition)
-
-
-def when(b: ir.IRBuilder, condition: ir.Value | None, emit) -> None:
-    """emit() under `condition` (always when None)."""
-    if condition is None:
-        emit()
-    else:
-        with b.if_then(condition):
-            emit()
-
-
-def _clamp(b: ir.IRBuilder, i: ir.Value, n: int) -> ir.Value:
-    """i forced into [0, n-1], so a load whose value is discarded stays in bounds."""
-    if n <= 1:
-        return i64(0)
-    low = b.select(b.icmp_signed("<", i, i64(0)), i64(0), i)
-    return b.select(b.icmp_signed(">", low, i64(n - 1)), i64(n - 1), low)
-
-
-# --- reduce-window ------------------------------------------------------------------------------
-
-def _reduce_window(e: ElementalEmitter, instr, index):
-    """One output element: the reducer folded over the window's elements, in row-major order
-    of the window offsets. A variadic reduce-window gives a list, one value per output."""
-    b = e.b
-    n = len(instr.operands) // 2
-    inputs, inits = instr.operands[:n], instr.operands[n:]
-    window: tuple[WindowDim, ...] = tuple(instr.attrs["window"])
-    comp = instr.attrs["to_apply"]
-    element_types = [p.shape.dtype for p in sorted(comp.parameters, key=lambda p: p.parameter_number)][n:]
-    accs = []
-    for init in inits:
-        value = e.value(init, ())
-        acc = alloca_in_entry(b, value.type)
-        b.store(value, acc)
-        accs.append(acc)
-    sizes = inputs[0].shape.dims
-    clamp = _clamped_windows(instr)
-
-    def body(offsets):
-        valid, source = window_source(b, index, offsets, window, sizes, e.window_inside.get(id(instr), frozenset()))
-        if clamp:
-            valid = None
-        elements = [convert(e, e.value(x, source), etype(x), t) if etype(x) != t else e.value(x, source)
-                    for x, t in zip(inputs, element_types)]
-        current = [b.load(acc) for acc in accs]
-        results = e.scalar_computation(comp, current + elements)
-        for acc, old, new in zip(accs, current, results):
-            b.store(new if valid is None else b.select(valid, new, old), acc)
-
-    if clamp and all(sizes) and prod(w.size for w in window) <= MAX_TREE_WINDOW:
-        # A max or min is associative and commutative, so the window folds as a tree: a
-        # chain of dependent NaN- and sign-aware maxima over the window took ~10 cycles per
-        # element (3x3 max pool over 576 x 14 x 14: 697 -> 430 us; in vectors, _VectorRow, 201 us)
-        e.push_scope()
-        elements = [e.value(inputs[0], window_source(b, index, tuple(i64(k) for k in at), window, sizes)[1])
-                    for at in itertools.product(*(range(w.size) for w in window))]
-        elements.append(b.load(accs[0]))
-        result = _fold_tree(elements, lambda x, y: e.scalar_computation(comp, [x, y])[0])
-        e.pop_scope()
-        return result
-    if all(sizes):   # an empty input leaves every window to padding: the init values
-        e.push_scope()
-        for_range(b, [w.size for w in window], body)
-        e.pop_scope()
-    results = [b.load(acc) for acc in accs]
-    return results[0] if n == 1 else results
-
-
-def _fold_tree(values: list, combine):
-    """values combined pairwise, level by level (for an associative, commutative reducer:
-    the dependent chain is log2 of the window, not the window)."""
-    while len(values) > 1:
-        pairs = [combine(u, v) for u, v in zip(values[::2], values[1::2])]
-        values = pairs + values[len(pairs) * 2:]
-    return values[0]
-
-
-def _clamped_windows(instr) -> bool:
-    """Whether a window may read its padding as the nearest element inside the input: a
-    max or min (a repeated element changes neither) of one input, without base dilation, each
-    window of each dimension holding at least one element. Then no window element needs a
-    check or select, and max pooling is straight-line code (ResNet-50's 3x3 stride-2 pool
-    over 64x112x112: 5.2 -> 2.3 ms on one thread)."""
-    root = instr.attrs["to_apply"].root
-    if len(instr.operands) != 2 or root.opcode not in ("maximum", "minimum") or \
-            [op.opcode for op in root.operands] != ["parameter", "parameter"] or root.operands[0] is root.operands[1]:
-        return False
-    for w, n, out in zip(instr.attrs["window"], instr.operands[0].shape.dims, instr.shape.dims):
-        if w.lhs_dilate != 1 or w.rhs_dilate != 1:
-            return False
-        first_reach, last_reach = -w.pad_low, (out - 1) * w.stride - w.pad_low
-        span = w.size - 1
-        # the windows at both ends hold an element (those between them then do too)
-        if out and (first_reach + span < 0 or last_reach >= n or n == 0):
-            return False
-    return True
-
-
-MAX_TREE_WINDOW = 64   # window elements of a clamped max or min folded as a tree (beyond: a loop)
 VECTOR_ROW_BYTES = 32  # a pool row's vectors (8 f32): rows of 12 to 56 outputs gain more than wider ones would
 MIN_INTERIOR = 8   # positions a row's unchecked loop needs at least to be worth its own loop
 
@@ -214,7 +80,7 @@ def _emit_rows(ke, root, interior: tuple[int, int]) -> None:
 
 class _VectorRow:
     """`lanes` consecutive outputs of a row of a clamped max or min pool (see
-    _clamped_windows) inside the input along the last dimension: per window offset one
+    llvm/windows.py's clamped_windows) inside the input along the last dimension: per window offset one
     vector of the input row (every stride-th element: `stride` vectors loaded and their
     lanes picked), folded as a tree with the vector llvm.maximum / llvm.minimum. LLVM left
     such rows scalar (a row of 12 is shorter than its 16-lane vectors, and fully unrolled
@@ -287,9 +153,9 @@ class _VectorRow:
         b = self.ke.b
         if len(values) == 1:
             return values[0]
-        plain = _fold_tree(values, lambda u, v: b.select(b.fcmp_ordered(">" if self.maximum else "<", u, v), u, v))
+        plain = fold_tree(values, lambda u, v: b.select(b.fcmp_ordered(">" if self.maximum else "<", u, v), u, v))
         pairs = list(zip(values[::2], values[1::2])) + ([(values[-1], values[-1])] if len(values) % 2 else [])
-        special = _fold_tree([b.fcmp_unordered("uno", u, v) for u, v in pairs], b.or_)
+        special = fold_tree([b.fcmp_unordered("uno", u, v) for u, v in pairs], b.or_)
         width = 8 * self.x.shape.dtype.bytes
         as_integers = ir.VectorType(ir.IntType(width), self.lanes)
         zero = (1 << (width - 1)) if self.maximum else 0   # the bits of -0 or +0
@@ -298,7 +164,7 @@ class _VectorRow:
         any_special = b.call(_reduce_or(b.module, self.lanes), [special])
         before = b.block
         with b.if_then(any_special):
-            exact = _fold_tree(values, lambda u, v: b.call(self.combine, [u, v]))
+            exact = fold_tree(values, lambda u, v: b.call(self.combine, [u, v]))
             exact_end = b.block
         result = b.phi(self.vector)
         result.add_incoming(plain, before)
@@ -320,7 +186,7 @@ def _vector_row(ke, root, interior: int) -> _VectorRow | None:
     host's width where they divide the row (3x3 stride-2 max pools, 64 x 111 x 111 features
     last: 95 -> 76 us, 128 x 55 x 55: 54 -> 43 us; over 24 features, vectors of 16 left 8
     to the scalar loop: ShuffleNet 2.83 -> 2.95 ms)."""
-    if kernel_root(ke) is not ke.instr or not _clamped_windows(root) or \
+    if kernel_root(ke) is not ke.instr or not clamped_windows(root) or \
             root.shape.dtype.name not in ("f32", "f64") or root.operands[0].shape.dtype != root.shape.dtype:
         return None
     last = root.attrs["window"][-1]
@@ -340,7 +206,7 @@ def emit_reduce_window(ke) -> None:
     row by row when its rows have an interior."""
     root = kernel_root(ke)
     if not isinstance(root.shape, TupleShape):
-        interior = _interior(root, VECTOR_ROW_BYTES // 2 // root.shape.dtype.bytes if _clamped_windows(root)
+        interior = _interior(root, VECTOR_ROW_BYTES // 2 // root.shape.dtype.bytes if clamped_windows(root)
                              else MIN_INTERIOR)
         return ke.emit_loop(root) if interior is None else _emit_rows(ke, root, interior)
     shapes = root.shape.elements
@@ -408,6 +274,5 @@ def emit_select_and_scatter(ke) -> None:
     for_range(b, source.shape.dims, per_source)
 
 
-RULES["reduce-window"] = _reduce_window
 KERNELS["reduce-window"] = emit_reduce_window
 KERNELS["select-and-scatter"] = emit_select_and_scatter

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from ....hlo.attributes import ConvDimensionNumbers, WindowDim
-from ....hlo.instruction import HloInstruction
-from ....hlo.types import ElementType
-from ...llvm.elemental import RULES, ElementalEmitter, convert
-from ...llvm.ir_types import alloca_in_entry, compute_type, etype, i64
-from ...llvm.loops import for_range
-from ..ops.windows import window_source
+from ...hlo.attributes import ConvDimensionNumbers, WindowDim
+from ...hlo.instruction import HloInstruction
+from ...hlo.types import ElementType
+from .elemental import RULES, ElementalEmitter, convert
+from .ir_types import alloca_in_entry, compute_type, etype, i64
+from .loops import for_range
+from .windows import window_source
 
 
 @dataclass(frozen=True)
