@@ -22,6 +22,8 @@ MAY_IMPORT = {
     "backends.llvm": {"errors", "hlo"},
     "backends.interpreter": {"errors", "hlo", "compiler"},
     "backends.cpu": {"errors", "hlo", "passes", "fusion", "compiler", "runtime", "backends.llvm"},
+    # gpu-sim runs its kernels through the host's JIT (cpu/runtime/llvm_jit.py)
+    "backends.gpu": {"errors", "hlo", "passes", "fusion", "compiler", "runtime", "backends.llvm", "backends.cpu"},
     "frontend": {"errors", "hlo", "passes", "fusion", "compiler", "runtime", "backends"},
 }
 

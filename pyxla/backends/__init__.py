@@ -37,10 +37,12 @@ class Backend(Protocol):
     def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
                 constant_parameters: tuple[int, ...] = ()) -> Executable: ...
 
-# name -> module that defines `BACKEND`
+# name -> (module, the name of the backend object in it)
 _BACKEND_MODULES = {
-    "interpreter": "pyxla.backends.interpreter",
-    "cpu": "pyxla.backends.cpu",
+    "interpreter": ("pyxla.backends.interpreter", "BACKEND"),
+    "cpu": ("pyxla.backends.cpu", "BACKEND"),
+    "gpu": ("pyxla.backends.gpu", "BACKEND"),
+    "gpu-sim": ("pyxla.backends.gpu", "SIM_BACKEND"),
 }
 
 
@@ -50,7 +52,7 @@ def available_backends() -> list[str]:
 
 def get_backend(name: str) -> Backend:
     try:
-        module = _BACKEND_MODULES[name]
+        module, attribute = _BACKEND_MODULES[name]
     except KeyError:
         raise ValueError(f"unknown backend {name!r}; available: {', '.join(available_backends())}") from None
-    return import_module(module).BACKEND
+    return getattr(import_module(module), attribute)

@@ -1,0 +1,68 @@
+"""The conformance corpus through the GPU backend's kernels, on a machine without a GPU.
+
+Each case is compiled once (passes, fusion, schedule) and its kernels emitted twice from
+the same plan: for the host, run over their launch grid by gpu-sim and compared with XLA's
+outputs; and for NVPTX, printed as PTX that ptxas must accept for sm_90 (when ptxas is on
+the PATH). A case the backend refuses must be listed in REFUSED with the op it names, so a
+newly refused case fails, and so does a listed case that now compiles.
+"""
+import shutil
+import subprocess
+
+import pytest
+
+from pyxla.backends.gpu import SIM_BACKEND, GpuUnsupported, kernel_ir
+from pyxla.backends.gpu.ptx import compile_ptx
+from pyxla.compiler import compile_module
+from pyxla.conformance import corpus_case_dirs, load_case, run_case
+from pyxla.hlo import parse_module
+
+CASES = corpus_case_dirs()
+
+# case -> the op the GPU backend names when it refuses the case (both levels)
+REFUSED = {
+    "cond_pred": "conditional", "switch_index": "conditional",
+    "conv2d_nchw_dilated_padded": None, "conv2d_nhwc_stride_same": None, "conv_depthwise_groups": None,
+    "conv_grad_input_and_kernel": None, "conv_transpose_and_1d": None, "model_cnn_batchnorm": None,
+    "cumulative_ops": None, "reduce_window_pooling": None,
+    "dynamic_update_slice": "dynamic-update-slice",
+    "misc_opt_barrier_remat": "opt-barrier", "misc_reduce_precision_sharding": "custom-call",
+    "model_mlp_train_step": "scatter", "scatter_add_duplicates": "scatter", "scatter_set_unique": "scatter",
+    "model_rnn_scan": "while", "rng_bit_generator_rbg": "while", "rng_threefry_uniform_normal": "while",
+    "scan_running_stats": "while", "while_fori_loop": "while", "while_loop_dynamic": "while",
+    "select_and_scatter_maxpool_grad": None,
+    "sort_argsort_stable": "sort", "sort_multi_operand": "sort", "sort_values_nan_zero": "sort",
+    "sort_top_k": None,
+}
+# refused at the module level only: the optimised module has the op removed
+MODULE_LEVEL_ONLY = {"misc_opt_barrier_remat", "misc_reduce_precision_sharding"}
+PTXAS = shutil.which("ptxas")
+
+
+def refused(name: str, level: str) -> bool:
+    return name in REFUSED and (level == "module" or name not in MODULE_LEVEL_ONLY)
+
+
+@pytest.mark.parametrize("level", ["module", "optimized"])
+@pytest.mark.parametrize("case_dir", CASES, ids=[c.name for c in CASES])
+def test_case_on_gpu_sim_and_ptxas(case_dir, level, tmp_path):
+    case = load_case(case_dir)
+    try:
+        compiled = compile_module(parse_module(case.hlo_text(level)))
+        kernel_ir(compiled, "host")
+    except GpuUnsupported as e:
+        assert refused(case.name, level), f"newly refused: {e}"
+        assert "the GPU backend cannot" in str(e)
+        if REFUSED[case.name]:
+            assert f"emit {REFUSED[case.name]} " in str(e)
+        return
+    assert not refused(case.name, level), "compiles now: remove it from REFUSED"
+    problems = run_case(case, level, lambda text, inputs: SIM_BACKEND.compile(parse_module(text)).run_flat(inputs))
+    assert not problems, "\n".join(problems)
+    if PTXAS:
+        ptx = compile_ptx(kernel_ir(compiled, "ptx")[0], "sm_90")
+        path = tmp_path / "kernels.ptx"
+        path.write_text(ptx)
+        done = subprocess.run([PTXAS, "-arch=sm_90", str(path), "-o", str(tmp_path / "kernels.cubin")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
