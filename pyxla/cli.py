@@ -101,6 +101,23 @@ def cmd_fmt(ns) -> int:
     return 0
 
 
+def cmd_emit(ns) -> int:
+    """The GPU backend's kernels of a module: PTX (what `ptxas -arch=sm_90` checks) or the
+    LLVM IR before the NVPTX target (`--format llvm`)."""
+    from .backends.gpu import kernel_ir
+    from .backends.gpu.ptx import compile_ptx
+    from .compiler import compile_module
+
+    text, _ = kernel_ir(compile_module(_read_module(ns.module)), "ptx")
+    if ns.format == "ptx":
+        text = compile_ptx(text, ns.arch)
+    if ns.output:
+        Path(ns.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_opt(ns) -> int:
     from .passes.pipeline import all_passes, describe_pipeline, run_pipeline
 
@@ -175,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--passes", help="comma-separated pass names instead of the default pipeline")
     opt.add_argument("--list", action="store_true", help="print the default pipeline")
     opt.set_defaults(func=cmd_opt)
+
+    emit = sub.add_parser("emit", help="write the GPU kernels of an HLO module (PTX or LLVM IR)")
+    emit.add_argument("module")
+    emit.add_argument("--backend", default="gpu", choices=["gpu"])
+    emit.add_argument("--format", default="ptx", choices=["ptx", "llvm"])
+    emit.add_argument("--arch", help="GPU architecture (default: PYXLA_GPU_ARCH, else sm_90)")
+    emit.add_argument("-o", "--output", help="write here instead of standard output")
+    emit.set_defaults(func=cmd_emit)
 
     check = sub.add_parser("check", help="run a conformance corpus and compare with its outputs")
     check.add_argument("corpus")

@@ -1,4 +1,5 @@
 """The pyxla command line: run, fmt and check."""
+import shutil
 import subprocess
 import sys
 from importlib import resources
@@ -77,3 +78,23 @@ def test_check_reports_summary_line(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.stdout.strip().splitlines()[-1] == "2 passed, 0 failed", proc.stdout + proc.stderr
     assert proc.returncode == 0
+
+
+def test_emit_writes_ptx_for_every_kernel(tmp_path, rng):
+    out = tmp_path / "k.ptx"
+    assert main(["emit", str(EXAMPLE), "-o", str(out), "--arch", "sm_80"]) == 0
+    ptx = out.read_text()
+    assert ".target sm_80" in ptx and ptx.count(".entry") >= 2
+    ptxas = shutil.which("ptxas")
+    if ptxas:
+        done = subprocess.run([ptxas, "-arch=sm_80", str(out), "-o", str(tmp_path / "k.cubin")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert main(["emit", str(EXAMPLE), "--format", "llvm", "-o", str(tmp_path / "k.ll")]) == 0
+    assert "ptx_kernel" in (tmp_path / "k.ll").read_text()
+
+
+def test_emit_names_an_op_the_gpu_backend_refuses(tmp_path, capsys):
+    loop = next(d for d in corpus_case_dirs() if d.name == "while_fori_loop") / "module.hlo"
+    assert main(["emit", str(loop)]) == 2
+    assert "cannot emit while" in capsys.readouterr().err
