@@ -190,7 +190,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     nums, multiple = _argnums(argnums)
     compiled: dict[str, Jitted] = {}
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def value_and_grad_fun(*args: Any, **kwargs: Any):
         if (isinstance(fun, Jitted) and current_trace() is None and not fun.static_argnums
                 and not fun.static_argnames):
@@ -249,7 +249,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
     to the arguments at `argnums` (a tuple of them for a tuple); with has_aux, (gradient, aux)."""
     value_and_grad_fun = value_and_grad(fun, argnums, has_aux, allow_int)
 
-    @functools.wraps(fun)
+    @functools.wraps(fun, updated=())
     def grad_fun(*args: Any, **kwargs: Any):
         value, grads = value_and_grad_fun(*args, **kwargs)
         return (grads, value[1]) if has_aux else grads

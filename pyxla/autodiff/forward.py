@@ -35,7 +35,7 @@ from ..hlo.shape import Shape, TupleShape
 from ..lax.gradients import stop_gradient
 from .jvp_rules import JVP_RULES
 from .rule_helpers import MissingRule
-from .staging import Staged, is_float_shape, location, reachable, semantic_attrs
+from .staging import Staged, is_float_shape, location, operand_value, reachable, semantic_attrs
 
 
 class Poison:
@@ -144,7 +144,7 @@ def jvp_staged(staged: Staged, primals: Sequence[Any], tangents: Sequence[Any], 
             stop = staged.is_gradient_stop(instr)
             with emission_scope(scope, location(instr)):
                 out = stop_gradient(operands[0]) if stop else bind(
-                    instr.opcode, *operands, shape=instr.shape, **semantic_attrs(instr))
+                    instr.opcode, *map(operand_value, operands), shape=instr.shape, **semantic_attrs(instr))
             env[key] = out
             tenv[key] = (_tangent(instr, operands, op_tangents, out, tangent_trace, scope, stop)
                          if key in wanted else _zero_like(instr.shape))

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..frontend.pytree import PyTreeDef, tree_flatten, tree_unflatten
-from ..frontend.tracing import Trace, Tracer, current_trace, shape_of, where
+from ..frontend.tracing import Trace, Tracer, current_trace, make_tuple, shape_of, where
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import ArrayShape, Shape, TupleShape
@@ -121,3 +121,11 @@ def location(instr: HloInstruction) -> tuple[str, int] | None:
 def semantic_attrs(instr: HloInstruction) -> dict[str, Any]:
     """The attributes that re-emitting `instr` needs (its metadata is made afresh)."""
     return {k: v for k, v in instr.attrs.items() if k != "metadata"}
+
+
+def operand_value(value: Any) -> Any:
+    """A value as an operand to re-emit: the Python tuple that stands for an HLO tuple (a
+    loop's state) becomes one again in a trace."""
+    if isinstance(value, tuple):
+        return make_tuple(*[operand_value(v) for v in value])
+    return value

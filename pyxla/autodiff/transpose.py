@@ -21,7 +21,7 @@ from ..frontend.tracing import Tracer, bind, emission_scope
 from ..hlo.instruction import HloInstruction
 from ..lax import add
 from .forward import LinearProgram, constant_value
-from .staging import location, semantic_attrs
+from .staging import location, operand_value, semantic_attrs
 from .transpose_rules import TRANSPOSE_RULES, Linear
 
 
@@ -38,7 +38,7 @@ def _evaluate(instr: HloInstruction, env: dict[int, Any]) -> Any:
         return tuple(operands)
     if instr.opcode == "get-tuple-element":
         return operands[0][instr.attrs["index"]]
-    return bind(instr.opcode, *operands, shape=instr.shape, **semantic_attrs(instr))
+    return bind(instr.opcode, *map(operand_value, operands), shape=instr.shape, **semantic_attrs(instr))
 
 
 def _residual_values(program: LinearProgram) -> dict[int, Any]:

@@ -189,7 +189,7 @@ class Jitted:
         self._fast_cache: dict[tuple, Compiled] = {}   # (type, shape, strides, dtype) per positional array
         self._positional_arrays_only = not self.static_argnums and not self.static_argnames
         self.trace_count = 0
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn, updated=())   # not fn.__dict__: a jitted fn has caches of its own
 
     # --- arguments -------------------------------------------------------------------------
     def _split_args(self, args: tuple, kwargs: dict):
