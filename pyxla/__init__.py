@@ -11,7 +11,10 @@
 """
 __version__ = "0.1.0"
 
-from . import numpy  # noqa: F401  (installs Tracer's operators and ndarray methods, and Array.at)
+from . import (
+    numpy,  # noqa: F401  (installs Tracer's operators and ndarray methods, and Array.at)
+    random,  # noqa: F401  (JAX's key-based random numbers)
+)
 from .autodiff import float0, grad, jvp, linearize, value_and_grad, vjp  # noqa: F401
 from .errors import (  # noqa: F401
     ArgumentError,

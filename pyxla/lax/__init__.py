@@ -24,6 +24,7 @@ Files, in the order of XLA's operation semantics:
   sorting.py        sort, sort_key_val, top_k
   rng.py            rng_bit_generator
   control_flow.py   while_loop, fori_loop, cond, switch, scan, optimization_barrier
+  special.py        erf_inv (XLA's expansion, on the elementwise functions)
   gradients.py      stop_gradient
 """
 from ._windows import padtype_to_pads
@@ -144,11 +145,12 @@ from .shapes import (
     transpose,
 )
 from .sorting import sort, sort_key_val, top_k
+from .special import erf_inv
 
 __all__ = [
     # elementwise
     "abs", "add", "atan2", "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
-    "cbrt", "ceil", "clamp", "clz", "compare", "convert_element_type", "cos", "div", "eq", "erf", "exp",
+    "cbrt", "ceil", "clamp", "clz", "compare", "convert_element_type", "cos", "div", "eq", "erf", "erf_inv", "exp",
     "expm1", "floor", "ge", "gt", "integer_pow", "is_finite", "le", "log", "log1p", "logistic", "lt", "max",
     "min", "mul", "ne", "neg", "population_count", "pow", "reciprocal", "reduce_precision", "rem", "round",
     "RoundingMethod", "rsqrt", "select", "select_n", "shift_left", "shift_right_arithmetic",
