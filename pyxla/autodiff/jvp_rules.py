@@ -271,3 +271,25 @@ def _dot(instr, primals, tangents, out):
 
 
 JVP_RULES["dot"] = _dot
+
+
+def _convolution(instr, primals, tangents, out):
+    if any(w.reversal for w in instr.attrs["window"]):
+        raise MissingRule
+    attrs = semantic_attrs(instr)
+    (lhs, rhs), (t_lhs, t_rhs) = primals, tangents
+    return add_all([None if t_lhs is None else bind("convolution", t_lhs, rhs, shape=instr.shape, **attrs),
+                    None if t_rhs is None else bind("convolution", lhs, t_rhs, shape=instr.shape, **attrs)])
+
+
+JVP_RULES["convolution"] = _convolution
+
+
+def _reduce_window(instr, primals, tangents, out):
+    """Window sums (sum pooling, cumsum) are linear; other reducers have no rule yet."""
+    if len(primals) != 2 or tangents[1] is not None or reducer_kind(instr.attrs["to_apply"]) != "add":
+        raise MissingRule
+    return bind("reduce-window", tangents[0], scalar(0, instr.shape), shape=instr.shape, **semantic_attrs(instr))
+
+
+JVP_RULES["reduce-window"] = _reduce_window

@@ -316,3 +316,130 @@ def _dot(instr, ct, args):
     if is_linear(x):
         return [_dot_transpose_lhs(ct, x_shape, y, y_shape, ((xc, yc), (xb, yb)), False), None]
     return [None, _dot_transpose_lhs(ct, y_shape, x, x_shape, ((yc, xc), (yb, xb)), True)]
+
+
+# --- windows and convolutions (after JAX's convolution.py and windowed_reductions.py) -----------
+
+def _dilated_shape(shape: Sequence[int], dilation: Sequence[int]) -> list[int]:
+    return [0 if n == 0 else 1 + d * (n - 1) for n, d in zip(shape, dilation)]
+
+
+def _vjp_lhs_padding(in_shape, window, strides, out_shape, padding, lhs_dilation, rhs_dilation) -> list:
+    """The padding of the convolution that gives a windowed op's input cotangent."""
+    lhs_d = _dilated_shape(in_shape, lhs_dilation)
+    rhs_d = _dilated_shape(window, rhs_dilation)
+    out_d = _dilated_shape(out_shape, strides)
+    before = [r - lo - 1 for r, (lo, _) in zip(rhs_d, padding)]
+    return [(b, lhs + r - 1 - o - b) for b, lhs, r, o in zip(before, lhs_d, rhs_d, out_d)]
+
+
+def _vjp_rhs_padding(in_shape, window, strides, out_shape, padding, lhs_dilation, rhs_dilation) -> list:
+    """The padding of the convolution that gives a convolution's kernel cotangent."""
+    lhs_d = _dilated_shape(in_shape, lhs_dilation)
+    rhs_d = _dilated_shape(window, rhs_dilation)
+    out_d = _dilated_shape(out_shape, strides)
+    return [(lo, (o - lhs) + (r - lo - 1)) for (lo, _), lhs, r, o in zip(padding, lhs_d, rhs_d, out_d)]
+
+
+@_rule("reduce-window")
+def _reduce_window(instr, ct, args):
+    operand, init = args
+    if is_linear(init) or reducer_kind(instr.attrs["to_apply"]) != "add":
+        raise NotImplementedError(f"transpose of HLO opcode 'reduce-window' ({instr.describe()}) is "
+                                  "implemented for window sums of the operand only")
+    window = instr.attrs["window"]
+    if any(w.reversal for w in window):
+        raise NotImplementedError(f"transpose of a reversed window ({instr.describe()}) is not implemented")
+    in_shape = _operand(instr, 0).dims
+    sizes, strides = [w.size for w in window], [w.stride for w in window]
+    base, dilation = [w.lhs_dilate for w in window], [w.rhs_dilate for w in window]
+    pads = _vjp_lhs_padding(in_shape, sizes, strides, array_shape(instr.shape).dims,
+                            [(w.pad_low, w.pad_high) for w in window], base, dilation)
+    padded = lax.pad(ct, scalar(0, instr.shape), [(lo, hi, s - 1) for (lo, hi), s in zip(pads, strides)])
+    return [lax.reduce_window_sum(padded, sizes, base, [(0, 0)] * len(in_shape), None, dilation), None]
+
+
+def _reshape_axis_into(src: int, dst: int, x: Any) -> Any:
+    """`x` with dimension `src` merged into dimension `dst` (numbered without `src`), as its
+    major part."""
+    dims = list(array_shape(shape_of(x)).dims)
+    perm = [i for i in range(len(dims)) if i != src]
+    perm.insert(dst, src)
+    new_shape = [n for i, n in enumerate(dims) if i != src]
+    new_shape[dst] *= dims[src]
+    return lax.reshape(x, new_shape, perm)
+
+
+def _reshape_axis_out_of(src: int, size1: int, x: Any) -> Any:
+    """`x` with dimension `src` split into (size1, rest)."""
+    dims = list(array_shape(shape_of(x)).dims)
+    dims[src:src + 1] = [size1, dims[src] // size1]
+    return lax.reshape(x, dims)
+
+
+def _conv_geometry(instr: HloInstruction):
+    labels, window = instr.attrs["dim_labels"], instr.attrs["window"]
+    specs = ((labels.input_batch, labels.input_feature, *labels.input_spatial),
+             (labels.kernel_output_feature, labels.kernel_input_feature, *labels.kernel_spatial),
+             (labels.output_batch, labels.output_feature, *labels.output_spatial))
+    return (specs, [w.stride for w in window], [(w.pad_low, w.pad_high) for w in window],
+            [w.lhs_dilate for w in window], [w.rhs_dilate for w in window],
+            instr.attrs.get("feature_group_count", 1), instr.attrs.get("batch_group_count", 1))
+
+
+def _swap(spec: Sequence[int]) -> tuple[int, ...]:
+    return (spec[1], spec[0], *spec[2:])
+
+
+def _same_type(x: Any, like: Any) -> Any:
+    t = array_shape(shape_of(like)).dtype
+    return x if array_shape(shape_of(x)).dtype == t else lax.convert_element_type(x, t)
+
+
+def _conv_transpose_lhs(instr: HloInstruction, ct: Any, rhs: Any) -> Any:
+    (lhs_spec, rhs_spec, out_spec), strides, padding, lhs_dil, rhs_dil, groups, batch_groups = _conv_geometry(instr)
+    lhs_shape, rhs_shape = _operand(instr, 0), _operand(instr, 1)
+    rhs = _same_type(rhs, ct)
+    if groups > 1:
+        rhs = _reshape_axis_into(rhs_spec[0], rhs_spec[1], _reshape_axis_out_of(rhs_spec[0], groups, rhs))
+    elif batch_groups > 1:
+        rhs = _reshape_axis_into(rhs_spec[0], rhs_spec[1], _reshape_axis_out_of(rhs_spec[0], batch_groups, rhs))
+        groups = batch_groups
+    pads = _vjp_lhs_padding([lhs_shape.dims[d] for d in lhs_spec[2:]], [rhs_shape.dims[d] for d in rhs_spec[2:]],
+                            strides, [array_shape(instr.shape).dims[d] for d in out_spec[2:]], padding,
+                            lhs_dil, rhs_dil)
+    out = lax.conv_general_dilated(
+        ct, lax.rev(rhs, rhs_spec[2:]), window_strides=lhs_dil, padding=pads, lhs_dilation=strides,
+        rhs_dilation=rhs_dil, dimension_numbers=lax.ConvDimensionNumbers(out_spec, _swap(rhs_spec), lhs_spec),
+        feature_group_count=groups)
+    if batch_groups > 1:
+        out = _reshape_axis_into(lhs_spec[1], lhs_spec[0], _reshape_axis_out_of(lhs_spec[1], batch_groups, out))
+    return lax.convert_element_type(out, lhs_shape.dtype)
+
+
+def _conv_transpose_rhs(instr: HloInstruction, ct: Any, lhs: Any) -> Any:
+    (lhs_spec, rhs_spec, out_spec), strides, padding, lhs_dil, rhs_dil, groups, batch_groups = _conv_geometry(instr)
+    lhs_shape, rhs_shape = _operand(instr, 0), _operand(instr, 1)
+    lhs = _same_type(lhs, ct)
+    if batch_groups > 1:
+        groups, batch_groups = batch_groups, 1
+    elif groups > 1:
+        groups, batch_groups = 1, groups
+    pads = _vjp_rhs_padding([lhs_shape.dims[d] for d in lhs_spec[2:]], [rhs_shape.dims[d] for d in rhs_spec[2:]],
+                            strides, [array_shape(instr.shape).dims[d] for d in out_spec[2:]], padding,
+                            lhs_dil, rhs_dil)
+    out = lax.conv_general_dilated(
+        lhs, ct, window_strides=rhs_dil, padding=pads, lhs_dilation=lhs_dil, rhs_dilation=strides,
+        dimension_numbers=lax.ConvDimensionNumbers(_swap(lhs_spec), _swap(out_spec), _swap(rhs_spec)),
+        feature_group_count=groups, batch_group_count=batch_groups)
+    return lax.convert_element_type(out, rhs_shape.dtype)
+
+
+@_rule("convolution")
+def _convolution(instr, ct, args):
+    lhs, rhs = args
+    if is_linear(lhs) and is_linear(rhs):
+        raise _nonlinear(instr, "both operands depend on the tangents")
+    if is_linear(lhs):
+        return [_conv_transpose_lhs(instr, ct, rhs), None]
+    return [None, _conv_transpose_rhs(instr, ct, lhs)]

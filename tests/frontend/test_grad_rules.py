@@ -151,6 +151,24 @@ CASES: dict[str, tuple] = {
     "dot_general, two batch dims": (
         lambda x, y: lax.dot_general(x, y, (((2,), (1,)), ((0, 3), (3, 0)))), (normal(2, 3, 4, 5), normal(5, 4, 6, 2))),
     "einsum": (lambda x, y: pnp.einsum("bij,bjk->bik", x, y), (normal(2, 3, 4), normal(2, 4, 2))),
+    "convolution, NCHW": (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME"),
+                          (normal(2, 3, 5, 5), normal(4, 3, 3, 3))),
+    "convolution, NHWC, strided": (
+        lambda x, w: lax.conv_general_dilated(x, w, (2, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+        (normal(2, 7, 6, 3), normal(3, 2, 3, 4))),
+    "convolution, padded and dilated": (
+        lambda x, w: lax.conv_general_dilated(x, w, (1, 2), [(1, 2), (0, 1)], lhs_dilation=(2, 1), rhs_dilation=(1, 2)),
+        (normal(1, 2, 5, 6), normal(3, 2, 2, 3))),
+    "convolution, feature groups": (
+        lambda x, w: lax.conv_general_dilated(x, w, (1,), "SAME", feature_group_count=2), (normal(2, 4, 7), normal(6, 2, 3))),
+    "convolution, batch groups": (
+        lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", batch_group_count=2),
+        (normal(4, 3, 5, 5), normal(4, 3, 2, 2))),
+    "reduce_window sum (cumsum, sum pooling)": (
+        lambda x: (pnp.cumsum(x, axis=1), lax.reduce_window_sum(x, (1, 2, 2), (1, 2, 1), "VALID")),
+        (normal(2, 6, 5),)),
+    "reduce_window sum, padded and dilated": (
+        lambda x: lax.reduce_window_sum(x, (2, 3), (2, 1), [(1, 0), (2, 1)], (1, 2), (2, 1)), (normal(5, 4),)),
     # composites of primitives
     "softmax": (lambda x: nn.softmax(x), (normal(3, 5),)),
     "log_softmax": (lambda x: nn.log_softmax(x, axis=0), (normal(3, 5),)),
