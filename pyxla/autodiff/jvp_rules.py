@@ -30,6 +30,7 @@ from .rule_helpers import (
     array_shape,
     broadcast_to,
     full_like,
+    gather_chosen,
     instantiate,
     overwrite_computation,
     reducer_kind,
@@ -286,10 +287,33 @@ JVP_RULES["convolution"] = _convolution
 
 
 def _reduce_window(instr, primals, tangents, out):
-    """Window sums (sum pooling, cumsum) are linear; other reducers have no rule yet."""
-    if len(primals) != 2 or tangents[1] is not None or reducer_kind(instr.attrs["to_apply"]) != "add":
+    """Window sums (sum pooling, cumsum) are linear. Window max/min (max pooling) take the
+    tangent of the element each window chooses, by reducing (value, tangent) pairs (JAX's
+    select_and_gather_add); the first of tied elements is chosen, as select_and_scatter does."""
+    if len(primals) != 2 or tangents[1] is not None:
         raise MissingRule
-    return bind("reduce-window", tangents[0], scalar(0, instr.shape), shape=instr.shape, **semantic_attrs(instr))
+    kind = reducer_kind(instr.attrs["to_apply"])
+    if kind == "add":
+        return bind("reduce-window", tangents[0], scalar(0, instr.shape), shape=instr.shape, **semantic_attrs(instr))
+    window = instr.attrs["window"]
+    if kind not in ("maximum", "minimum") or any(w.lhs_dilate != 1 or w.rhs_dilate != 1 or w.reversal
+                                                  for w in window):
+        raise MissingRule
+    return gather_chosen(primals[0], tangents[0], lax.ge if kind == "maximum" else lax.le, window, primals[1])
 
 
 JVP_RULES["reduce-window"] = _reduce_window
+
+
+def _select_and_scatter(instr, primals, tangents, out):
+    """Linear in the scattered source; the operand only chooses where (zero derivative)."""
+    _, t_source, t_init = tangents
+    if t_init is not None or reducer_kind(instr.attrs["scatter"]) != "add":
+        raise MissingRule
+    if t_source is None:
+        return None
+    return bind("select-and-scatter", primals[0], t_source, scalar(0, instr.shape), shape=instr.shape,
+                **semantic_attrs(instr))
+
+
+JVP_RULES["select-and-scatter"] = _select_and_scatter

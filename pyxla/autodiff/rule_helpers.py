@@ -5,6 +5,7 @@ at once eagerly), exactly as user code does.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,11 @@ from ..hlo.instruction import HloInstruction
 from ..hlo.shape import ArrayShape, Shape
 from ..hlo.types import ElementType
 from ..numpy.core import computation_name, scalar_reducer
+
+# The pair reducers of the windowed max/min JVP ("gather the tangent at each window's chosen
+# element"), by the reducer computation, with the comparison that chooses: their transpose
+# is select_and_scatter_add with that comparison.
+WINDOW_CHOOSERS: weakref.WeakKeyDictionary[HloComputation, Any] = weakref.WeakKeyDictionary()
 
 
 class MissingRule(Exception):
@@ -149,3 +155,41 @@ def scatter_windows(instr: HloInstruction, x: Any, indices: Any) -> tuple[Any, A
     scatter_dims = [d for d in range(upd_shape.rank) if d not in a["update_window_dims"]]
     fits = lax.broadcast_in_dim(in_bounds(indices, a["index_vector_dim"], bounds), upd_shape.dims, scatter_dims)
     return gathered, fits
+
+
+def gather_chosen(values: Any, tangents: Any, chooses: Any, window: Any, init: Any) -> Any:
+    """For each window of `values` (HLO WindowDims, no dilation), the element of `tangents` at
+    the position `chooses(kept, candidate)` keeps (the first of ties, as select_and_scatter
+    picks): a reduction of (value, tangent) pairs, JAX's select_and_gather_add. Linear in
+    `tangents`; its transpose is select_and_scatter_add with the same choice."""
+    def pairs(a, b):
+        (a_value, a_tangent), (b_value, b_tangent) = a, b
+        keep = chooses(a_value, b_value)
+        return lax.select(keep, a_value, b_value), lax.select(keep, a_tangent, b_tangent)
+
+    zero = np.zeros((), array_shape(shape_of(tangents)).dtype.np_dtype)
+    _, gathered = lax.reduce_window((values, tangents), (init, zero), pairs, [w.size for w in window],
+                                    [w.stride for w in window], [(w.pad_low, w.pad_high) for w in window])
+    if hasattr(gathered, "instr"):   # traced: the transpose rule recognises the reducer
+        WINDOW_CHOOSERS[gathered.instr.operands[0].attrs["to_apply"]] = chooses
+    return gathered
+
+
+_CHOICES = {"GE": lax.ge, "GT": lax.gt, "LE": lax.le, "LT": lax.lt}
+
+
+def select_choice(computation: HloComputation) -> Any:
+    """The lax comparison a select-and-scatter's `select` computation makes, `(kept,
+    candidate) -> compare(kept, candidate)`; None for any other computation."""
+    params, root = computation.parameters, computation.root
+    if (len(params) == 2 and root is not None and root.opcode == "compare" and not root.attrs.get("type")
+            and root.operands[0] is params[0] and root.operands[1] is params[1]):
+        return _CHOICES.get(root.attrs["direction"])
+    return None
+
+
+def lowest_for(chooses: Any, dtype: ElementType) -> np.ndarray:
+    """The value a `chooses` window never picks over a real element: -inf for max, +inf for min."""
+    info = np.inf if dtype.is_float else np.iinfo(dtype.np_dtype).max
+    value = -info if chooses in (lax.ge, lax.gt) else info
+    return np.array(value).astype(dtype.np_dtype)

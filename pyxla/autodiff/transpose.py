@@ -92,7 +92,14 @@ def transpose_program(program: LinearProgram, cotangents: Sequence[Any]) -> list
                 env[id(instr)] = _evaluate(instr, env)
     for instr in reversed(instrs):
         ct = cts.pop(id(instr), None) if id(instr) in linear and instr.opcode != "parameter" else None
+        if isinstance(ct, list):   # a tuple's elements, gathered from its get-tuple-elements
+            ct = None if all(c is None for c in ct) else tuple(ct)
         if ct is None:
+            continue
+        if instr.opcode == "get-tuple-element":
+            operand, index = instr.operands[0], instr.attrs["index"]
+            elements = cts.setdefault(id(operand), [None] * len(operand.tuple_shape.elements))
+            elements[index] = ct if elements[index] is None else add(elements[index], ct)
             continue
         rule = TRANSPOSE_RULES.get(instr.opcode)
         if rule is None:

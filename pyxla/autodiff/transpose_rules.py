@@ -18,12 +18,16 @@ from ..frontend.tracing import bind, shape_of
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import ArrayShape, Shape
 from .rule_helpers import (
+    WINDOW_CHOOSERS,
     add_computation,
     array_shape,
     clamp_indices,
+    gather_chosen,
+    lowest_for,
     reducer_kind,
     scalar,
     scatter_windows,
+    select_choice,
     zeros,
 )
 from .staging import semantic_attrs
@@ -341,8 +345,24 @@ def _vjp_rhs_padding(in_shape, window, strides, out_shape, padding, lhs_dilation
     return [(lo, (o - lhs) + (r - lo - 1)) for (lo, _), lhs, r, o in zip(padding, lhs_d, rhs_d, out_d)]
 
 
+def _window_chooser(instr: HloInstruction, ct: Any, args: list[Any]) -> list[Any]:
+    """The pair reduction of the windowed max/min JVP: each window's cotangent goes to the
+    element it chose, which is select_and_scatter_add's job."""
+    values, tangents, _, _ = args
+    ct_values, ct_tangents = ct
+    if is_linear(values) or ct_values is not None or ct_tangents is None:
+        raise _nonlinear(instr, "the chosen values depend on the tangents")
+    window = instr.attrs["window"]
+    scattered = lax.select_and_scatter_add(ct_tangents, values, WINDOW_CHOOSERS[instr.attrs["to_apply"]],
+                                           [w.size for w in window], [w.stride for w in window],
+                                           [(w.pad_low, w.pad_high) for w in window])
+    return [None, scattered, None, None]
+
+
 @_rule("reduce-window")
 def _reduce_window(instr, ct, args):
+    if instr.attrs["to_apply"] in WINDOW_CHOOSERS:
+        return _window_chooser(instr, ct, args)
     operand, init = args
     if is_linear(init) or reducer_kind(instr.attrs["to_apply"]) != "add":
         raise NotImplementedError(f"transpose of HLO opcode 'reduce-window' ({instr.describe()}) is "
@@ -443,3 +463,15 @@ def _convolution(instr, ct, args):
     if is_linear(lhs):
         return [_conv_transpose_lhs(instr, ct, rhs), None]
     return [None, _conv_transpose_rhs(instr, ct, lhs)]
+
+
+@_rule("select-and-scatter")
+def _select_and_scatter(instr, ct, args):
+    """Each window's source element received the cotangent of the element it was added to."""
+    operand, source, init = args
+    chooses = select_choice(instr.attrs["select"])
+    if is_linear(operand) or is_linear(init) or chooses is None or reducer_kind(instr.attrs["scatter"]) != "add":
+        raise NotImplementedError(f"transpose of HLO opcode 'select-and-scatter' ({instr.describe()}) is "
+                                  "implemented for the source of a scatter that adds, chosen by a comparison")
+    window = instr.attrs["window"]
+    return [None, gather_chosen(operand, ct, chooses, window, lowest_for(chooses, _operand(instr, 0).dtype)), None]

@@ -258,6 +258,13 @@ def test_second_derivatives(rng):
                 rtol=1e-5, atol=1e-7, jit=True)
 
 
+def test_second_derivatives_through_pooling_and_gathers(rng):
+    x = rng.standard_normal((2, 6, 6))
+    check_grads(pyxla.grad(lambda a: pnp.sum(lax.reduce_window_max(a, (1, 2, 2), (1, 1, 1), "VALID") ** 2)), (x,), rng,
+                rtol=1e-5, atol=1e-7, jit=True)
+    check_grads(pyxla.grad(lambda a: pnp.sum(a[np.array([0, 1, 1])] ** 3)), (x,), rng, rtol=1e-5, atol=1e-7)
+
+
 def test_closures_over_traced_values_are_differentiated(rng):
     x = rng.standard_normal(4)
     # d/dx of sum(d/dy sum(x y^3) at y = x) = d/dx sum(3 x^3) = 9 x^2
@@ -287,7 +294,7 @@ def test_stop_gradient(rng):
 @pytest.mark.parametrize("opcode, fn", [
     ("sort", lambda a: pnp.sum(pnp.sort(a) * np.arange(4.0))),
     ("while", lambda a: pnp.sum(lax.fori_loop(0, 3, lambda i, c: c * a, a))),
-    ("reduce-window", lambda a: pnp.sum(lax.cummax(a))),
+    ("reduce-window", lambda a: pnp.sum(lax.cumprod(a))),
     ("reduce", lambda a: pnp.prod(a)),
 ])
 def test_opcodes_without_rules_are_refused_at_trace_time(opcode, fn, rng):

@@ -169,6 +169,13 @@ CASES: dict[str, tuple] = {
         (normal(2, 6, 5),)),
     "reduce_window sum, padded and dilated": (
         lambda x: lax.reduce_window_sum(x, (2, 3), (2, 1), [(1, 0), (2, 1)], (1, 2), (2, 1)), (normal(5, 4),)),
+    "reduce_window max and min (max pooling, cummax)": (
+        lambda x: (lax.reduce_window_max(x, (1, 2, 2), (1, 2, 2), "VALID"), lax.reduce_window_max(x, (1, 3, 3), (1, 1, 2), "SAME"),
+                   lax.reduce_window_min(x, (2, 3, 1), (2, 1, 1), [(1, 0), (0, 1), (0, 0)]), lax.cummax(x, axis=1)),
+        (normal(2, 6, 4),)),
+    "select_and_scatter_add": (
+        lambda source, x: lax.select_and_scatter_add(source, x, lax.ge, (2, 2), (2, 1), "VALID"),
+        (normal(2, 3), normal(4, 4))),
     # composites of primitives
     "softmax": (lambda x: nn.softmax(x), (normal(3, 5),)),
     "log_softmax": (lambda x: nn.log_softmax(x, axis=0), (normal(3, 5),)),
