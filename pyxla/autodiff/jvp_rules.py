@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import lax
+from .. import numpy as pnp
 from ..frontend.tracing import bind
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import ArrayShape
@@ -36,6 +37,7 @@ from .rule_helpers import (
     reducer_kind,
     scalar,
     scatter_windows,
+    with_ignored_parameters,
     zeros,
 )
 from .staging import semantic_attrs
@@ -317,3 +319,28 @@ def _select_and_scatter(instr, primals, tangents, out):
 
 
 JVP_RULES["select-and-scatter"] = _select_and_scatter
+
+
+def _sort(instr, primals, tangents, out):
+    """Each tangent permuted as its operand was: the operands sorted again with an index
+    operand along (the comparator ignoring it) give the permutation (JAX's rule)."""
+    dim = instr.attrs["dimensions"][0]
+    dims = array_shape(instr.operands[0].shape).dims
+    comparator = with_ignored_parameters(instr.attrs["to_apply"], [ArrayShape(S32, ())] * 2)
+    index = lax.broadcasted_iota(S32, dims, dim)
+    attrs = {**semantic_attrs(instr), "to_apply": comparator}
+    *_, permutation = bind("sort", *primals, index, **attrs)
+    permuted = [None if t is None else pnp.take_along_axis(t, permutation, dim) for t in tangents]
+    return permuted[0] if len(permuted) == 1 else tuple(permuted)
+
+
+JVP_RULES["sort"] = _sort
+
+
+def _topk(instr, primals, tangents, out):
+    """The tangents of the entries chosen, at their indices along the last dimension."""
+    _, indices = out
+    return pnp.take_along_axis(tangents[0], indices, -1), None
+
+
+JVP_RULES["topk"] = _topk

@@ -193,3 +193,24 @@ def lowest_for(chooses: Any, dtype: ElementType) -> np.ndarray:
     info = np.inf if dtype.is_float else np.iinfo(dtype.np_dtype).max
     value = -info if chooses in (lax.ge, lax.gt) else info
     return np.array(value).astype(dtype.np_dtype)
+
+
+def with_ignored_parameters(computation: HloComputation, extra: list[Shape]) -> HloComputation:
+    """A copy of `computation` with parameters of `extra` shapes after its own, unused (a sort
+    comparator that also carries an index operand along)."""
+    b = HloBuilder(computation_name(f"{computation.name.split('.')[0]}_indexed"))
+    copies: dict[int, HloInstruction] = {}
+    for param in computation.parameters:
+        copies[id(param)] = b.parameter(param.shape, param.name)
+    for shape in extra:
+        b.parameter(shape, "ignored")
+    for instr in computation.post_order():
+        if instr.opcode == "parameter":
+            continue
+        if instr.opcode == "constant":
+            copies[id(instr)] = b.constant(instr.literal, array_shape(instr.shape).dtype)
+        else:
+            copies[id(instr)] = b.op(instr.opcode, *[copies[id(o)] for o in instr.operands], shape=instr.shape,
+                                     attrs=dict(instr.attrs))
+    assert computation.root is not None
+    return b.build(copies[id(computation.root)])

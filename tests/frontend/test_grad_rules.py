@@ -176,6 +176,9 @@ CASES: dict[str, tuple] = {
     "select_and_scatter_add": (
         lambda source, x: lax.select_and_scatter_add(source, x, lax.ge, (2, 2), (2, 1), "VALID"),
         (normal(2, 3), normal(4, 4))),
+    "sort (one operand, keys and values), median": (
+        lambda x, v: (pnp.sort(x, axis=0), lax.sort_key_val(x, v, 1), pnp.median(x, axis=1)), (normal(3, 5), normal(3, 5))),
+    "top_k": (lambda x: lax.top_k(x, 3)[0], (normal(3, 6),)),
     # composites of primitives
     "softmax": (lambda x: nn.softmax(x), (normal(3, 5),)),
     "log_softmax": (lambda x: nn.log_softmax(x, axis=0), (normal(3, 5),)),
