@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import lax
 from .. import numpy as pnp
-from ..frontend.tracing import bind
+from ..frontend.tracing import bind, shape_of
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import ArrayShape
 from ..hlo.types import S32
@@ -253,6 +253,8 @@ def _reduce(instr, primals, tangents, out):
         if t_init is not None:
             total = add_all([total, broadcast_to(t_init, instr.shape)])
         return total
+    if kind == "multiply" and t_init is None:
+        return _product_tangent(x, t_x, dims, array_shape(instr.operands[0].shape).dims)
     if kind in ("maximum", "minimum") and t_init is None:
         # The derivative goes to the elements equal to the result, shared evenly among ties.
         rank = len(array_shape(instr.operands[0].shape).dims)
@@ -264,6 +266,22 @@ def _reduce(instr, primals, tangents, out):
 
 
 JVP_RULES["reduce"] = _reduce
+
+
+def _product_tangent(x: Any, t: Any, dims: tuple[int, ...], shape: tuple[int, ...]) -> Any:
+    """The tangent of a product over `dims`: the sum of each tangent times the product of the
+    other elements, which is the product of the elements before it and of those after it
+    (running products, so that zeros need no division)."""
+    kept = [d for d in range(len(shape)) if d not in dims]
+    flat = [shape[d] for d in kept] + [math.prod(shape[d] for d in dims)]
+    x, t = (lax.reshape(lax.transpose(v, kept + list(dims)), flat) for v in (x, t))
+    last = len(flat) - 1
+    ones = lax.full(flat[:-1] + [1], 1, array_shape(shape_of(x)).dtype)
+    before = lax.cumprod(lax.concatenate([ones, lax.slice_in_dim(x, 0, flat[-1] - 1, 1, last)], last), last)
+    after = lax.cumprod(lax.concatenate([lax.slice_in_dim(x, 1, flat[-1], 1, last), ones], last), last, reverse=True)
+    return lax.reduce_sum(lax.mul(t, lax.mul(before, after)), (last,))
+
+
 
 
 def _dot(instr, primals, tangents, out):

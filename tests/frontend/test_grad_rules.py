@@ -142,6 +142,9 @@ CASES: dict[str, tuple] = {
     "sum": (lambda x: pnp.sum(x, axis=1) + lax.reduce_sum(x, (0, 1)), (normal(3, 4),)),
     "reduce with an init value": (lambda x, v: lax.reduce(x, v, lax.add, (0,)), (normal(3, 4), normal())),
     "max": (lambda x: pnp.max(x, axis=0), (normal(3, 4),)),
+    "prod (with a zero, over several axes)": (
+        lambda x: (pnp.prod(x, axis=1), pnp.prod(x * np.array([1.0, 0.0, 1.0])[:, None], axis=(0, 2))),
+        (normal(2, 3, 4),)),
     "min": (lambda x: lax.reduce_min(x, (0, 1)), (normal(3, 4),)),
     "mean": (lambda x: pnp.mean(x, axis=(0, 2)), (normal(2, 3, 4),)),
     "matmul": (lambda x, y: x @ y, (normal(3, 4), normal(4, 5))),
