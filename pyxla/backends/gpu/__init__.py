@@ -9,9 +9,9 @@ copied to the device, each kernel is launched on its operands' buffers, aliases 
 tuple, get-tuple-element) name buffers they share, and the results are copied back.
 
 This is the backend's first form: every kernel is elementwise over its outputs (a
-reduction or a dot is a loop inside one thread's element), buffers are allocated per call,
-and control flow, sort, scatter, convolution and the other non-elementwise ops are refused
-with GpuUnsupported (a NotImplementedError) naming the op. PYXLA_GPU_ARCH chooses the
+reduction, a dot or a convolution is a loop inside one thread's element), buffers are
+allocated per call, and control flow, sort, scatter and the other ops that do not write
+element by element are refused with GpuUnsupported (a NotImplementedError) naming the op. PYXLA_GPU_ARCH chooses the
 architecture (sm_90 by default).
 """
 from __future__ import annotations

@@ -34,11 +34,11 @@ from ..llvm.ir_types import I32, I64, PTR, VOID, compute_type, i64, storage_type
 ALIASES = frozenset({"bitcast", "get-tuple-element", "tuple"})
 # Values the host provides.
 HOST_VALUES = frozenset({"parameter", "constant"})
-# Ops whose semantics need more than one thread per output element or host control: refused
+# Ops that do not write element by element (sort, scatter) or need the host (control flow): refused
 # until the GPU backend has kernels for them.
 NOT_ELEMENTAL = frozenset({"while", "conditional", "call", "custom-call", "sort", "topk", "scatter",
                            "dynamic-update-slice", "rng-bit-generator", "rng", "select-and-scatter",
-                           "reduce-window", "convolution", "opt-barrier", "after-all", "infeed", "outfeed",
+                           "opt-barrier", "after-all", "infeed", "outfeed",
                            "send", "recv", "all-reduce", "fft", "cholesky", "triangular-solve"})
 
 
