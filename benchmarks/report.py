@@ -14,6 +14,8 @@ from .workloads import WORKLOADS
 def _cell(entry: dict | None) -> str:
     if not entry:
         return "–"
+    if "unsupported" in entry:
+        return "n/a"
     if "error" in entry:
         return "fails"
     t = entry["median_s"]

@@ -4,8 +4,10 @@
 
 For each workload: the first call (trace + compile + run) and then steady-state calls until
 a time budget or repeat count is reached; the median and the interquartile spread are
-reported, with the largest error against the float64 NumPy reference. A framework that
-cannot run a workload records why, and the suite goes on.
+reported, with the largest error against the float64 NumPy reference (a workload returning
+several arrays, such as a loss and its gradients, has each checked). A framework that
+cannot run a workload records why, and the suite goes on; one without a builder for a
+workload records it as unsupported.
 """
 from __future__ import annotations
 
@@ -31,6 +33,27 @@ def blas_info() -> list[dict]:
             for info in threadpool_info()]
 
 
+def _parts(out) -> list[np.ndarray]:
+    """A result as a list of arrays: a tuple or list gives one per element."""
+    return [np.asarray(o) for o in out] if isinstance(out, (tuple, list)) else [np.asarray(out)]
+
+
+def check(out, want, rtol: float) -> tuple[float, bool]:
+    """The largest absolute error over every part, and whether every part is within `rtol`
+    (atol: rtol times that part's largest magnitude)."""
+    outs, wants = _parts(out), _parts(want)
+    if len(outs) != len(wants):
+        return float("inf"), False
+    error, correct = 0.0, True
+    for o, w in zip(outs, wants):
+        if o.shape != w.shape:
+            return float("inf"), False
+        if w.size:
+            error = max(error, float(np.max(np.abs(o.astype(np.float64) - w))))
+            correct = correct and bool(np.allclose(o, w, rtol=rtol, atol=rtol * np.abs(w).max()))
+    return error, correct
+
+
 def measure(run, min_repeats: int, budget: float) -> list[float]:
     times: list[float] = []
     deadline = time.perf_counter() + budget
@@ -53,18 +76,19 @@ def run_framework(name: str, scale: float, budget: float, only: list[str] | None
     for w in WORKLOADS:
         if only and w.name not in only:
             continue
+        if w.name not in module.BUILDERS:
+            results["results"][w.name] = {"unsupported": f"{name} has no {w.name} workload"}
+            continue
         rng = np.random.default_rng(20261122)   # the same inputs in every framework's process
         inputs = w.make_inputs(rng, scale)
         entry: dict = {}
         try:
             start = time.perf_counter()
             run = module.BUILDERS[w.name](inputs)
-            out = np.asarray(run())
+            out = _parts(run())
             entry["first_call_s"] = time.perf_counter() - start
-            want = np.asarray(w.reference(*(a.astype(np.float64) for a in inputs)))
-            entry["max_abs_error"] = float(np.max(np.abs(out.astype(np.float64) - want))) if want.size else 0.0
-            entry["correct"] = bool(out.shape == want.shape and np.allclose(out, want, rtol=w.rtol,
-                                                                            atol=w.rtol * np.abs(want).max()))
+            want = w.reference(*(a.astype(np.float64) for a in inputs))
+            entry["max_abs_error"], entry["correct"] = check(out, want, w.rtol)
             times = measure(run, 5 if w.name != "dispatch" else 200, budget)
             entry["median_s"] = float(np.median(times))
             q1, q3 = np.percentile(times, [25, 75])

@@ -18,7 +18,7 @@ class Workload:
     name: str
     description: str
     make_inputs: Callable[[np.random.Generator, float], list[np.ndarray]]
-    reference: Callable[..., np.ndarray]   # float64 NumPy
+    reference: Callable[..., np.ndarray | tuple[np.ndarray, ...]]   # float64 NumPy; a tuple: every part is checked
     min_bytes: Callable[[list[np.ndarray]], int] | None = None   # memory-bound: bytes it must move
     flops: Callable[[list[np.ndarray]], float] | None = None
     rtol: float = 1e-4
@@ -61,6 +61,36 @@ def _mlp_inputs(rng, s):
 
 def mlp64(x, w1, b1, w2, b2):
     return gelu64(x @ w1 + b1) @ w2 + b2
+
+
+def _mlp_train_inputs(rng, s):
+    b, d, h, classes = _dim(256, s, 8), _dim(512, s, 8), _dim(1024, s, 8), 10
+    labels = np.eye(classes, dtype=np.float32)[rng.integers(0, classes, b)]   # one-hot rows
+    return [_f32(rng, b, d), _f32(rng, d, h, scale=d ** -0.5), _f32(rng, h, scale=0.1),
+            _f32(rng, h, classes, scale=h ** -0.5), _f32(rng, classes, scale=0.1), labels]
+
+
+def mlp_train(x, w1, b1, w2, b2, labels):
+    """Loss and gradients of a 2-layer MLP, forward and backward written out by hand:
+    tanh hidden layer, mean softmax cross-entropy over the batch against one-hot `labels`.
+    Returns (loss, dw1, db1, dw2, db2) in the inputs' dtype (float64: the reference;
+    float32: the NumPy framework)."""
+    h = np.tanh(x @ w1 + b1)
+    logits = h @ w2 + b2
+    shifted = logits - logits.max(-1, keepdims=True)
+    e = np.exp(shifted)
+    total = e.sum(-1, keepdims=True)
+    n = x.shape[0]
+    loss = -np.sum(labels * (shifted - np.log(total))) / n
+    dlogits = (e / total * labels.sum(-1, keepdims=True) - labels) / n
+    dpre = (dlogits @ w2.T) * (1 - h * h)
+    return loss, x.T @ dpre, dpre.sum(0), h.T @ dlogits, dlogits.sum(0)
+
+
+def _mlp_train_flops(ins):
+    """Matrix products: forward 2*b*(d*h + h*c), backward twice that."""
+    x, w1, _, w2 = ins[:4]
+    return 3 * 2 * x.shape[0] * (w1.shape[0] * w1.shape[1] + w2.shape[0] * w2.shape[1])
 
 
 def _attention_inputs(rng, s):
@@ -113,6 +143,9 @@ WORKLOADS = [
              _layer_norm64, min_bytes=lambda ins: 2 * ins[0].nbytes, rtol=1e-4),
     Workload("mlp", "MLP: batch 256, 1024 -> 4096 -> 1024, bias and GELU", _mlp_inputs, mlp64,
              flops=lambda ins: 2 * ins[0].shape[0] * ins[1].shape[0] * ins[1].shape[1] * 2, rtol=2e-3),
+    Workload("mlp_train", "training step: loss and gradients (w1, b1, w2, b2) of a tanh MLP, batch 256, "
+             "512 -> 1024 -> 10, mean softmax cross-entropy", _mlp_train_inputs, mlp_train,
+             flops=_mlp_train_flops, rtol=2e-3),
     Workload("attention", "attention: batch 8, sequence 256, 8 heads of 64, QKV and output projections",
              _attention_inputs, attention64, rtol=2e-3),
     Workload("cnn_block", "CNN block: batch 16, 64 -> 64 channels, 56x56, 3x3 conv + bias + ReLU + 2x2 max-pool",

@@ -9,18 +9,46 @@ from benchmarks.__main__ import main
 
 def test_suite_runs_and_reports(tmp_path):
     main(["--scale", "0.05", "--budget", "0.05", "--frameworks", "numpy", "pyxla",
-          "--only", "sum_fma", "softmax", "layer_norm", "mlp", "dispatch", "--out", str(tmp_path)])
+          "--only", "sum_fma", "softmax", "layer_norm", "mlp", "mlp_train", "dispatch", "--out", str(tmp_path)])
     report = (tmp_path / "report.md").read_text()
     assert "| workload | numpy | pyxla | pyxla / best peer |" in report
     data = json.loads((tmp_path / "report.json").read_text())
     pyxla = next(r for r in data["runs"] if r["framework"] == "pyxla")
-    for name in ("sum_fma", "softmax", "layer_norm", "mlp", "dispatch"):
+    for name in ("sum_fma", "softmax", "layer_norm", "mlp", "mlp_train", "dispatch"):
         entry = pyxla["results"][name]
         assert entry.get("correct"), (name, entry)
         assert entry["median_s"] > 0 and entry["first_call_s"] > 0
     assert set(data["ceilings"]) == {"copy_gb_per_s", "triad_gb_per_s", "sgemm_gflops"}
     share = data["others_cpu_share"]
     assert share is None or 0 <= share <= 1
+
+
+def test_every_part_of_a_loss_and_its_gradients_is_checked():
+    import numpy as np
+
+    from benchmarks.runner import check
+    want = (np.float64(2.0), np.ones((3, 2)), np.arange(2.0))
+    assert check((np.float32(2.0), np.ones((3, 2), np.float32), np.arange(2, dtype=np.float32)), want, 1e-3)[1]
+    wrong_grad = (np.float32(2.0), np.ones((3, 2), np.float32), np.array([0.0, 2.0], np.float32))
+    error, correct = check(wrong_grad, want, 1e-3)
+    assert not correct and error == 1.0
+    assert check((np.float32(2.0),), want, 1e-3) == (float("inf"), False)
+
+
+def test_a_framework_without_a_workload_reports_it_unsupported(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from benchmarks.report import write_report
+    from benchmarks.runner import run_framework
+    fake = types.ModuleType("benchmarks.frameworks.fake_impl")
+    fake.NAME, fake.version, fake.BUILDERS = "fake", lambda: "1", {}
+    monkeypatch.setitem(sys.modules, "benchmarks.frameworks.fake_impl", fake)
+    run = run_framework("fake", 0.05, 0.01, ["mlp_train"])
+    assert run["results"] == {"mlp_train": {"unsupported": "fake has no mlp_train workload"}}
+    report = write_report([run], {"copy_gb_per_s": 1, "triad_gb_per_s": 1, "sgemm_gflops": 1}, tmp_path,
+                          (0, 0, 0), (0, 0, 0))
+    assert "| mlp_train | n/a |" in report and "fails" not in report
 
 
 @pytest.mark.parametrize("share,busy", [(0.5, True), (0.01, False)])

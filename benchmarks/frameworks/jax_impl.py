@@ -58,5 +58,28 @@ def _build(name):
     return build
 
 
+PARAMS = ("w1", "b1", "w2", "b2")
+
+
+def _build_mlp_train(ins):
+    import jax
+    import jax.numpy as jnp
+
+    def loss(params, x, labels):
+        h = jnp.tanh(x @ params["w1"] + params["b1"])
+        logits = h @ params["w2"] + params["b2"]
+        return -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1))
+
+    step = jax.jit(jax.value_and_grad(loss))
+    x, w1, b1, w2, b2, labels = (jax.device_put(a) for a in ins)
+    params = dict(zip(PARAMS, (w1, b1, w2, b2)))
+
+    def run():
+        value, grads = jax.block_until_ready(step(params, x, labels))
+        return (np.asarray(value), *(np.asarray(grads[k]) for k in PARAMS))
+    return run
+
+
 BUILDERS = {name: _build(name) for name in
             ("sum_fma", "gelu", "softmax", "layer_norm", "mlp", "attention", "cnn_block", "dispatch")}
+BUILDERS["mlp_train"] = _build_mlp_train

@@ -1,7 +1,7 @@
 """NumPy in float32: the baseline every user starts from."""
 import numpy as np
 
-from ..workloads import GELU_C
+from ..workloads import GELU_C, mlp_train
 
 NAME = "numpy"
 
@@ -56,6 +56,7 @@ BUILDERS = {
     "softmax": _fn(_softmax),
     "layer_norm": _fn(_layer_norm),
     "mlp": _fn(lambda x, w1, b1, w2, b2: _gelu(x @ w1 + b1) @ w2 + b2),
+    "mlp_train": _fn(mlp_train),   # the hand-written forward and backward pass, in float32
     "attention": _fn(_attention),
     "cnn_block": _fn(_cnn),
     "dispatch": _fn(lambda x, y: x + y),

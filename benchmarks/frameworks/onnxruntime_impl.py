@@ -1,4 +1,5 @@
-"""onnxruntime on models exported from the PyTorch version of each workload."""
+"""onnxruntime on models exported from the PyTorch version of each workload; no training
+workload (mlp_train): the suite reports it as unsupported here."""
 import io
 
 NAME = "onnxruntime"

@@ -48,6 +48,26 @@ FUNCTIONS = {
 }
 
 
+PARAMS = ("w1", "b1", "w2", "b2")
+
+
+def _mlp_loss(params, x, labels):
+    h = pnp.tanh(x @ params["w1"] + params["b1"])
+    logits = h @ params["w2"] + params["b2"]
+    return -pnp.mean(pnp.sum(labels * nn.log_softmax(logits, axis=-1), axis=-1))
+
+
+def _build_mlp_train(ins):
+    x, w1, b1, w2, b2, labels = ins
+    params = dict(zip(PARAMS, (w1, b1, w2, b2)))
+    step = pyxla.jit(pyxla.value_and_grad(_mlp_loss), backend="cpu")
+
+    def run():
+        loss, grads = step(params, x, labels)
+        return (loss, *(grads[k] for k in PARAMS))
+    return run
+
+
 def _build(name):
     def build(ins):
         f = pyxla.jit(FUNCTIONS[name], backend="cpu")
@@ -56,3 +76,4 @@ def _build(name):
 
 
 BUILDERS = {name: _build(name) for name in FUNCTIONS}
+BUILDERS["mlp_train"] = _build_mlp_train

@@ -1,4 +1,5 @@
-"""PyTorch eager (NAME "torch") and torch.compile ("torch_compile"), CPU, float32, no grad."""
+"""PyTorch eager (NAME "torch") and torch.compile ("torch_compile"), CPU, float32, no grad
+(except mlp_train, which takes gradients with autograd)."""
 import numpy as np
 
 NAME = "torch"
@@ -54,8 +55,43 @@ def make_builders(compiled: bool):
                     return f(*args).numpy()
             return run
         return build
-    return {name: build_for(name) for name in
-            ("sum_fma", "gelu", "softmax", "layer_norm", "mlp", "attention", "cnn_block", "dispatch")}
+    builders = {name: build_for(name) for name in
+                ("sum_fma", "gelu", "softmax", "layer_norm", "mlp", "attention", "cnn_block", "dispatch")}
+    builders["mlp_train"] = lambda ins: build_mlp_train(ins, compiled)
+    return builders
+
+
+def _mlp_loss(x, w1, b1, w2, b2, labels):
+    import torch
+    logits = torch.tanh(x @ w1 + b1) @ w2 + b2
+    return -(labels * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+
+def build_mlp_train(ins, compiled: bool):
+    """Loss and gradients of w1, b1, w2, b2. Eager: autograd, `loss.backward()` and the
+    parameters' `.grad` read. Compiled: torch.compile of a step computing the loss and
+    calling `torch.autograd.grad`."""
+    import torch
+    x, w1, b1, w2, b2, labels = (torch.from_numpy(a) for a in ins)
+    params = [p.clone().requires_grad_() for p in (w1, b1, w2, b2)]
+
+    if compiled:
+        @torch.compile
+        def step(x, w1, b1, w2, b2, labels):
+            loss = _mlp_loss(x, w1, b1, w2, b2, labels)
+            return (loss, *torch.autograd.grad(loss, (w1, b1, w2, b2)))
+
+        def run():
+            return tuple(t.detach().numpy() for t in step(x, *params, labels))
+        return run
+
+    def run():
+        for p in params:
+            p.grad = None
+        loss = _mlp_loss(x, *params, labels)
+        loss.backward()
+        return (loss.detach().numpy(), *(p.grad.numpy() for p in params))
+    return run
 
 
 BUILDERS = make_builders(compiled=False)
