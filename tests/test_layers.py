@@ -93,3 +93,19 @@ def test_the_checks_see_imports():
     found = list(_imports(ROOT / "backends" / "cpu" / "codegen.py"))
     assert any(_layer(parts) == "backends.llvm" for _, parts, _ in found)
     assert any(_layer(parts) == "hlo" for _, parts, _ in found)
+
+
+MAX_FILE_LINES = 900
+MAX_FUNCTION_LINES = 100
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+def test_files_and_functions_stay_small(path):
+    """No module over 900 lines and no function over 100: a longer emitter is split into a
+    plan (decisions in Python) and its emission."""
+    text = path.read_text()
+    assert text.count("\n") <= MAX_FILE_LINES, f"{path.relative_to(ROOT)} has {text.count(chr(10))} lines"
+    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(ast.parse(text))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"{path.relative_to(ROOT)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
