@@ -590,6 +590,27 @@ def dot_of_transpose(instr: HloInstruction, ctx: RewriteContext) -> HloInstructi
     return None
 
 
+@RULES.rule("transpose")
+def transpose_of_dot(instr: HloInstruction, ctx: RewriteContext) -> HloInstruction | None:
+    """transpose(dot(a, b)) of two matrices, the result's two dimensions swapped, is
+    dot(b, a): the product is written in the order it is wanted, with no transpose kernel
+    after it (a weight's gradient, dW = x^T g, comes from reverse mode as (g^T x)^T)."""
+    (d,) = instr.operands
+    if d.opcode != "dot" or tuple(instr.attrs["dimensions"]) != (1, 0) or len(d.users) != 1:
+        return None
+    a, b = d.operands
+    attrs = d.attrs
+    if attrs.get("lhs_batch_dims") or attrs.get("rhs_batch_dims") or a.array_shape.rank != 2 \
+            or b.array_shape.rank != 2 or set(attrs) - {"lhs_contracting_dims", "rhs_contracting_dims",
+                                                       "lhs_batch_dims", "rhs_batch_dims", "metadata"}:
+        return None
+    swapped = {"lhs_contracting_dims": tuple(attrs["rhs_contracting_dims"]),
+               "rhs_contracting_dims": tuple(attrs["lhs_contracting_dims"])}
+    if not is_canonical(b.array_shape, a.array_shape, swapped):
+        return None
+    return ctx.add("dot", [b, a], instr.shape, swapped, like=instr)
+
+
 @hlo_pass("algebraic-simplifier")
 def algebraic_simplifier(module: HloModule) -> bool:
     """Exact algebraic rewrites: identities, no-op movement, folded pairs (see RULES)."""

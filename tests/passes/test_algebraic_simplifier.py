@@ -233,6 +233,21 @@ CASES = [
   ROOT r = f32[3,4] dot(t, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}""", """a = f32[5,3] parameter(0)
   b = f32[5,4] parameter(1)
   ROOT r = f32[3,4] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}"""),
+    ("transpose_of_dot", """a = f32[5,3] parameter(0)
+  b = f32[5,4] parameter(1)
+  d = f32[3,4] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT t = f32[4,3] transpose(d), dimensions={1,0}""", """a = f32[5,3] parameter(0)
+  b = f32[5,4] parameter(1)
+  ROOT t = f32[4,3] dot(b, a), lhs_contracting_dims={0}, rhs_contracting_dims={0}"""),
+    ("transpose_of_dot kept when the product has another user", """a = f32[5,3] parameter(0)
+  b = f32[5,4] parameter(1)
+  d = f32[3,4] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  t = f32[4,3] transpose(d), dimensions={1,0}
+  ROOT r = (f32[3,4], f32[4,3]) tuple(d, t)""", """a = f32[5,3] parameter(0)
+  b = f32[5,4] parameter(1)
+  d = f32[3,4] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  t = f32[4,3] transpose(d), dimensions={1,0}
+  ROOT r = (f32[3,4], f32[4,3]) tuple(d, t)"""),
 ]
 
 
