@@ -83,6 +83,7 @@ from .dot.blas import emit_gemm
 from .dot.gemv import emit_gemv
 from .dot.plan import plan_gemm
 from .dot.tasks import emit_dot_tasks
+from .ops.column_reduce import column_reduce, emit_column_reduction
 from .ops.concat_rows import concatenate_of, emit_concatenated_rows
 from .runtime import kernel_profile
 from .runtime.parallel import emit_parallel_tasks, worker_pool
@@ -458,6 +459,8 @@ class KernelEmitter:
         if any(_reduce_rows(r) != rows for r in reduces) or any(shape.dims[:len(rows)] != rows
                                                                 for _, shape, _ in leaves):
             return self._emit_reductions_apart(reduces, leaves)
+        if len(reduces) == 1 and len(leaves) == 1 and column_reduce(reduces[0], root, self.instr.shape):
+            return emit_column_reduction(self, reduces[0])
         row_work = sum(r.operands[0].shape.size for r in reduces) + sum(s.size for _, s, _ in leaves)
         work = row_work * self.element_cost()
         pool = worker_pool() if work >= PARALLEL_MIN_WORK else None
@@ -621,7 +624,7 @@ class KernelEmitter:
         cost += sum(_prod(w.size for w in i.attrs["window"]) for i in instrs if i.opcode == "reduce-window")
         return max(1, cost)
 
-    def _split(self, extents, work: float):
+    def split(self, extents, work: float):
         """(k, n_tasks): split the flat range of the first k dimensions of `extents` into
         n_tasks chunks; None when the work stays on one thread."""
         pool = worker_pool() if work >= PARALLEL_MIN_WORK else None   # (the pool starts on first use)
@@ -652,7 +655,7 @@ class KernelEmitter:
 
     def loop_nest(self, extents, body, work: float) -> None:
         """for_range(extents, body), split across the pool's threads when `work` is large."""
-        split = self._split(extents, work)
+        split = self.split(extents, work)
         if split is None:
             return for_range(self.b, extents, body)
         k, n_tasks = split
@@ -668,7 +671,7 @@ class KernelEmitter:
             return False
         operand = r.operands[0].shape
         reduced = [operand.dims[d] for d in sorted(r.attrs["dimensions"])]
-        split = self._split(reduced, work)
+        split = self.split(reduced, work)
         if split is None:
             return False
         k, n_tasks = split
