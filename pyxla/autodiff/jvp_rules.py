@@ -282,25 +282,21 @@ def _product_tangent(x: Any, t: Any, dims: tuple[int, ...], shape: tuple[int, ..
     return lax.reduce_sum(lax.mul(t, lax.mul(before, after)), (last,))
 
 
-
-
-def _dot(instr, primals, tangents, out):
+def _bilinear(instr, primals, tangents, out):
+    """A product linear in each operand (dot, convolution): t_x * y + x * t_y."""
     attrs = semantic_attrs(instr)
     (x, y), (t_x, t_y) = primals, tangents
-    return add_all([None if t_x is None else bind("dot", t_x, y, shape=instr.shape, **attrs),
-                    None if t_y is None else bind("dot", x, t_y, shape=instr.shape, **attrs)])
+    return add_all([None if t_x is None else bind(instr.opcode, t_x, y, shape=instr.shape, **attrs),
+                    None if t_y is None else bind(instr.opcode, x, t_y, shape=instr.shape, **attrs)])
 
 
-JVP_RULES["dot"] = _dot
+JVP_RULES["dot"] = _bilinear
 
 
 def _convolution(instr, primals, tangents, out):
     if any(w.reversal for w in instr.attrs["window"]):
         raise MissingRule
-    attrs = semantic_attrs(instr)
-    (lhs, rhs), (t_lhs, t_rhs) = primals, tangents
-    return add_all([None if t_lhs is None else bind("convolution", t_lhs, rhs, shape=instr.shape, **attrs),
-                    None if t_rhs is None else bind("convolution", lhs, t_rhs, shape=instr.shape, **attrs)])
+    return _bilinear(instr, primals, tangents, out)
 
 
 JVP_RULES["convolution"] = _convolution

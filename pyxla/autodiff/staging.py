@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import TraceError
 from ..frontend.pytree import PyTreeDef, tree_flatten, tree_unflatten
 from ..frontend.tracing import Trace, Tracer, current_trace, make_tuple, shape_of, where
-from ..hlo.computation import HloComputation
+from ..hlo.computation import HloComputation, operands_first
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import ArrayShape, Shape, TupleShape
 from ..hlo.types import ELEMENT_TYPES
@@ -86,21 +86,7 @@ def stage(fn: Callable, leaves: Sequence[Any], weak: Sequence[bool], in_tree: Py
 
 def reachable(outputs: Sequence[HloInstruction]) -> list[HloInstruction]:
     """The instructions `outputs` depend on, operands before users."""
-    order: list[HloInstruction] = []
-    seen: set[int] = set()
-    for start in outputs:
-        stack = [(start, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend((op, False) for op in reversed(node.operands) if id(op) not in seen)
-    return order
+    return operands_first(outputs)
 
 
 def is_float_shape(shape: Shape) -> bool:

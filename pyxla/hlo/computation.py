@@ -1,10 +1,33 @@
 """A computation: instructions in a valid order, parameters by number, one ROOT."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import cast
 
 from .instruction import HloInstruction
 from .shape import Shape, TupleShape
+
+
+def operands_first(starts: Iterable[HloInstruction],
+                   predecessors: Callable[[HloInstruction], list[HloInstruction]] = lambda node: node.operands,
+                   ) -> list[HloInstruction]:
+    """Every instruction reached from `starts` through `predecessors` (operands, by default),
+    each after all of its predecessors, the first start's ancestors first."""
+    seen: set[int] = set()
+    order: list[HloInstruction] = []
+    for start in starts:
+        stack = [(start, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((op, False) for op in reversed(predecessors(node)) if id(op) not in seen)
+    return order
 
 
 class HloComputation:
@@ -98,31 +121,8 @@ class HloComputation:
         Instructions that do not reach ROOT come after, still operands first, so a walk
         over the result visits everything (dead code included).
         """
-        seen: set[int] = set()
-        order: list[HloInstruction] = []
-
-        def visit(start: HloInstruction) -> None:
-            stack = [(start, False)]
-            while stack:
-                node, expanded = stack.pop()
-                if expanded:
-                    order.append(node)
-                    continue
-                if id(node) in seen:
-                    continue
-                seen.add(id(node))
-                stack.append((node, True))
-                preds = list(node.operands)
-                preds += _control_predecessors(node)
-                for op in reversed(preds):
-                    if id(op) not in seen:
-                        stack.append((op, False))
-
-        if self.root is not None:
-            visit(self.root)
-        for instr in self.instructions:
-            visit(instr)
-        return order
+        starts = ([self.root] if self.root is not None else []) + list(self.instructions)
+        return operands_first(starts, lambda node: list(node.operands) + _control_predecessors(node))
 
     def program_shape_text(self) -> str:
         params = ", ".join(f"{p.name}: {p.shape.to_text(False)}" for p in self.parameters)

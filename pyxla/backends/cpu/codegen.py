@@ -64,8 +64,17 @@ from ...hlo.ops.registry import EXPENSIVE_OPS, op_def
 from ...hlo.shape import ArrayShape, TupleShape, default_layout
 from ...hlo.types import integer_limits
 from ..llvm.elemental import RULES, ElementalEmitter, Unsupported, emit_reduction_loop
-from ..llvm.indices import delinearize, linear_index
-from ..llvm.ir_types import I8, I32, PTR, VOID, compute_type, etype, i64, storage_type, to_compute, to_storage
+from ..llvm.indices import delinearize, linear_index, load_element, store_element
+from ..llvm.ir_types import (
+    I8,
+    I32,
+    PTR,
+    VOID,
+    compute_type,
+    etype,
+    i64,
+    scalar_constant,
+)
 from ..llvm.loops import for_range, for_span
 from ..llvm.transpose_loops import blocked_loop_nest, crossed_dimensions
 from .control_flow import (
@@ -376,10 +385,7 @@ class KernelEmitter:
 
     # reading buffers
     def load(self, ptr, shape: ArrayShape, index: tuple) -> ir.Value:
-        b = self.b
-        offset = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
-        st = storage_type(shape.dtype)
-        return to_compute(b, b.load(b.gep(ptr, [offset], source_etype=st), typ=st), shape.dtype)
+        return load_element(self.b, ptr, shape, index)
 
     def _buffer_reader(self, op: HloInstruction):
         ptr = self.pointers[id(op)]
@@ -390,22 +396,13 @@ class KernelEmitter:
         return self.load(self.pointers[id(operand)], operand.shape, index)
 
     def _read_constant(self, const: HloInstruction, index: tuple) -> ir.Value:
-        shape: ArrayShape = const.shape
-        if shape.rank == 0 or shape.size == 1:
-            value = np.asarray(const.literal).reshape(-1)[0]
-            t = shape.dtype
-            if t.is_pred:
-                return ir.Constant(compute_type(t), int(bool(value)))
-            if t.is_float:
-                return ir.Constant(compute_type(t), float(value))
-            return ir.Constant(compute_type(t), int(value))
-        return self.load(self.codegen.constant_global(const), shape, index)
+        scalar = scalar_constant(const)
+        if scalar is not None:
+            return scalar
+        return self.load(self.codegen.constant_global(const), const.shape, index)
 
     def store(self, ptr, shape: ArrayShape, index: tuple, value: ir.Value) -> None:
-        b = self.b
-        offset = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
-        st = storage_type(shape.dtype)
-        b.store(to_storage(b, value, shape.dtype), b.gep(ptr, [offset], source_etype=st))
+        store_element(self.b, ptr, shape, index, value)
 
     def reserve_scratch(self, nbytes: int) -> ir.Value:
         """`nbytes` of kernel scratch for this kernel's own use (64-byte aligned)."""

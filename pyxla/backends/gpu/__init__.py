@@ -56,10 +56,6 @@ def kernel_ir(compiled: CompiledModule, target: str) -> tuple[str, list[KernelSp
     entry = compiled.module.entry
     number = next(_module_numbers)
     specs = plan_kernels(entry, f"gpu{number}")
-    for spec in specs:
-        for op in spec.operands:
-            if not isinstance(op.shape, ArrayShape):
-                raise GpuUnsupported(f"the GPU backend cannot read the tuple {op.describe()} in a kernel yet")
     module = ir.Module(name=f"{compiled.module.name}.gpu{number}")
     emit_bodies(module, specs)
     if target == "ptx":
@@ -158,10 +154,11 @@ class GpuExecutable:
         self.specs = {id(s.instr): s for s in specs}
         self.memory = memory
         entry = module.entry
-        # constants live on the device for the executable's life
-        self.constants = {id(i): memory.upload(physical(np.asarray(i.literal), i.shape))
-                          for c in [entry, *(s.instr.attrs["calls"] for s in specs if s.instr.opcode == "fusion")]
-                          for i in c.instructions if i.opcode == "constant" and isinstance(i.shape, ArrayShape)}
+        # constants live on the device for the executable's life: the ENTRY's, and the array
+        # constants kernels read from memory (a fusion's scalars are IR constants)
+        constants = [i for i in entry.instructions if i.opcode == "constant" and isinstance(i.shape, ArrayShape)]
+        constants += [c for s in specs for c in s.constants]
+        self.constants = {id(c): memory.upload(physical(np.asarray(c.literal), c.shape)) for c in constants}
 
     def __call__(self, *args: Any) -> Any:
         outs = self.run_flat(args)

@@ -22,13 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
-import numpy as np
 
 from ...hlo.instruction import HloInstruction
 from ...hlo.shape import ArrayShape, TupleShape, default_layout
 from ..llvm.elemental import ElementalEmitter, Unsupported
-from ..llvm.indices import delinearize, linear_index
-from ..llvm.ir_types import I32, I64, PTR, VOID, compute_type, i64, storage_type, to_compute, to_storage
+from ..llvm.indices import delinearize, load_element, store_element
+from ..llvm.ir_types import I32, I64, PTR, VOID, i64, scalar_constant
 
 # Values that need no kernel: they name a buffer another value already has.
 ALIASES = frozenset({"bitcast", "get-tuple-element", "tuple"})
@@ -88,6 +87,9 @@ def plan_kernels(entry, prefix: str = "k") -> list[KernelSpec]:
         for inner in body:
             if inner.opcode in NOT_ELEMENTAL or inner.opcode == "fusion":
                 raise _refuse(inner, "it is not an elementwise, reduction or dot kernel")
+        for op in instr.operands:
+            if not isinstance(op.shape, ArrayShape):
+                raise _refuse(instr, f"it reads the tuple {op.describe()}")
         constants = [i for i in body if i.opcode == "constant" and i.shape.size > 1] \
             if instr.opcode == "fusion" else []
         specs.append(KernelSpec(f"{prefix}_{len(specs)}_{instr.name}".replace(".", "_").replace("-", "_"), instr,
@@ -114,30 +116,20 @@ class _KernelBody:
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
 
     def load(self, ptr: ir.Value, shape: ArrayShape, index: tuple) -> ir.Value:
-        b = self.b
-        offset = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
-        st = storage_type(shape.dtype)
-        return to_compute(b, b.load(b.gep(ptr, [offset], source_etype=st), typ=st), shape.dtype)
+        return load_element(self.b, ptr, shape, index)
 
     def store(self, ptr: ir.Value, shape: ArrayShape, index: tuple, value: ir.Value) -> None:
-        b = self.b
-        offset = linear_index(b, index, shape.dims, shape.minor_to_major) if shape.rank else i64(0)
-        st = storage_type(shape.dtype)
-        b.store(to_storage(b, value, shape.dtype), b.gep(ptr, [offset], source_etype=st))
+        store_element(self.b, ptr, shape, index, value)
 
     def _read_parameter(self, fused, param: HloInstruction, index: tuple) -> ir.Value:
         operand = fused.operands[param.parameter_number]
         return self.load(self.operand_ptrs[id(operand)], operand.shape, index)
 
     def _read_constant(self, const: HloInstruction, index: tuple) -> ir.Value:
-        shape: ArrayShape = const.shape
-        if shape.size == 1:
-            value = np.asarray(const.literal).reshape(-1)[0]
-            t = shape.dtype
-            if t.is_pred:
-                return ir.Constant(compute_type(t), int(bool(value)))
-            return ir.Constant(compute_type(t), float(value) if t.is_float else int(value))
-        return self.load(self.constant_ptrs[id(const)], shape, index)
+        scalar = scalar_constant(const)
+        if scalar is not None:
+            return scalar
+        return self.load(self.constant_ptrs[id(const)], const.shape, index)
 
     def emit(self) -> None:
         """One grid loop per root: a root's outputs (several for a variadic reduce, whose

@@ -10,6 +10,7 @@ and computed as i4/i2, so their arithmetic wraps at their own width.
 from __future__ import annotations
 
 import llvmlite.ir as ir
+import numpy as np
 
 from ...hlo.instruction import HloInstruction
 from ...hlo.types import ElementType
@@ -162,3 +163,16 @@ def alloca_in_entry(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
     slot = b.alloca(ty)
     b.position_at_end(here)
     return slot
+
+
+def scalar_constant(const: HloInstruction) -> ir.Constant | None:
+    """A constant of one element as an IR constant of its compute type; None for a larger one
+    (a target reads those from memory)."""
+    shape = const.shape
+    if shape.size != 1:
+        return None
+    value = np.asarray(const.literal).reshape(-1)[0]
+    t = shape.dtype
+    if t.is_pred:
+        return ir.Constant(compute_type(t), int(bool(value)))
+    return ir.Constant(compute_type(t), float(value) if t.is_float else int(value))
