@@ -21,15 +21,24 @@ once: a value nobody differentiates (the running maximum an argmax reduction car
 beside its index, a sort's keys when only the permutation is used) needs no rule. A poison
 that reaches a differentiated output raises NotImplementedError naming the opcode, the
 transformation and the user's line.
+
+Most opcodes' tangents follow from the primal result, so the walk emits the instruction and
+then its JVP rule. Some need to choose the primal computation too, and register a *joint
+rule* in JOINT_RULES instead: control flow (whose linearisation moves residuals out of a
+loop body or branch, so the primal instruction itself changes) and user-defined rules
+(custom_jvp, custom_vjp, checkpoint). A joint rule gets a `JvpContext`, emits the primal
+result into the current trace and the tangent into the context's tangent trace, and can
+differentiate a called computation with the same machinery (`JvpContext.jvp`).
 """
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..frontend.tracing import Trace, Tracer, bind, current_trace, emission_scope
+from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import Shape, TupleShape
 from ..lax.gradients import stop_gradient
@@ -96,6 +105,50 @@ class LinearProgram:
     scope: str                      # jvp(name): how op_names call the derivative instructions
 
 
+@dataclass
+class JvpContext:
+    """What a joint rule needs of the walk it is part of."""
+    staged: Staged                  # the computation being walked (its gradient stops)
+    tangent_trace: Trace | None     # where tangents go: None, beside the primal (pyxla.jvp)
+    scope: str                      # jvp(name), for op_names
+
+    def staged_computation(self, computation: HloComputation) -> Staged:
+        """A called computation (a branch, a loop body) as a Staged to walk: its parameters
+        are the inputs, its root the one output."""
+        return Staged(self.staged.trace, computation, list(computation.parameters), [],
+                      [computation.root], self.staged.out_tree)
+
+    def jvp(self, computation: HloComputation, primals: Sequence[Any], tangents: Sequence[Any],
+            tangent_trace: Trace | None = None) -> tuple[Any, Any]:
+        """(root value, root tangent) of `computation` at `primals` along `tangents`, its
+        primal instructions emitted into the current trace and its tangents into
+        `tangent_trace` (default: this walk's). A tuple parameter takes a Python tuple."""
+        staged = self.staged_computation(computation)
+        trace = self.tangent_trace if tangent_trace is None else tangent_trace
+        outs, touts = jvp_staged(staged, primals, tangents, differentiated=[True], tangent_trace=trace,
+                                 scope=self.scope)
+        return outs[0], touts[0]
+
+
+# A joint rule: rule(context, instr, operands, tangents) -> (primal result, tangent).
+JointRule = Callable[[JvpContext, HloInstruction, list[Any], list[Any]], tuple[Any, Any]]
+JOINT_RULES: dict[str, JointRule] = {}
+
+
+def _joint(context: JvpContext, instr: HloInstruction, operands: list[Any], tangents: list[Any]) -> tuple[Any, Any]:
+    """The primal result and tangent of an instruction whose opcode has a joint rule."""
+    poisons = [t for t in _leaves(tangents) if isinstance(t, Poison)]
+    if poisons:
+        out = bind(instr.opcode, *map(operand_value, operands), shape=instr.shape, **semantic_attrs(instr))
+        return out, _poison_like(instr.shape, poisons[0])
+    try:
+        out, tangent = JOINT_RULES[instr.opcode](context, instr, operands, tangents)
+    except MissingRule:
+        out = bind(instr.opcode, *map(operand_value, operands), shape=instr.shape, **semantic_attrs(instr))
+        return out, _poison_like(instr.shape, Poison(instr))
+    return out, _only_float(tangent, instr.shape)
+
+
 def _tangent(instr: HloInstruction, operands: list[Any], tangents: list[Any], out: Any,
              tangent_trace: Trace | None, scope: str, stop: bool) -> Any:
     if stop or not is_float_shape(instr.shape) or all(t is None for t in _leaves(tangents)):
@@ -120,6 +173,7 @@ def jvp_staged(staged: Staged, primals: Sequence[Any], tangents: Sequence[Any], 
     """The staged computation's outputs at `primals` and their tangents along `tangents`
     (None: zero). Only outputs marked in `differentiated` get tangents; a poisoned one raises."""
     wanted = {id(i) for i in reachable([o for o, d in zip(staged.outputs, differentiated) if d])}
+    context = JvpContext(staged, tangent_trace, scope)
     env: dict[int, Any] = {}
     tenv: dict[int, Any] = {}
     for param, value, tangent in zip(staged.inputs, primals, tangents):
@@ -140,6 +194,10 @@ def jvp_staged(staged: Staged, primals: Sequence[Any], tangents: Sequence[Any], 
             index = instr.attrs["index"]
             env[key] = operands[0][index]
             tenv[key] = op_tangents[0][index] if isinstance(op_tangents[0], tuple) else None
+        elif (instr.opcode in JOINT_RULES and key in wanted and is_float_shape(instr.shape)
+              and not staged.is_gradient_stop(instr) and any(t is not None for t in _leaves(op_tangents))):
+            with emission_scope(scope, location(instr)):
+                env[key], tenv[key] = _joint(context, instr, operands, op_tangents)
         else:
             stop = staged.is_gradient_stop(instr)
             with emission_scope(scope, location(instr)):

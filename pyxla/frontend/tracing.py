@@ -198,9 +198,11 @@ class Trace:
         self.captures: list[tuple[Any, Tracer]] = []   # (value of the enclosing trace, parameter here)
         self._captured: dict[int, Tracer] = {}
         self.num_parameters = 0
-        # Instructions of this trace that stop gradients (lax.stop_gradient): copies that
-        # pyxla.grad and friends treat as constants.
-        self.gradient_stops: set[HloInstruction] = set()
+        # Instructions that stop gradients (lax.stop_gradient): copies that pyxla.grad and
+        # friends treat as constants. One set per outermost trace, shared by the traces nested
+        # in it, so the stops inside a loop body or branch are still known when autodiff
+        # walks that computation.
+        self.gradient_stops: set[HloInstruction] = parent.gradient_stops if parent is not None else set()
         root = self
         while root.parent is not None:
             root = root.parent
