@@ -1,4 +1,4 @@
-"""pyxla.nn: the activation and normalisation functions of neural networks.
+"""pyxla.nn.activations: the activation and normalisation functions of neural networks.
 
 Written with pyxla.numpy, so each works eagerly on arrays and traced inside `pyxla.jit`;
 results keep the input's float dtype (Python scalars inside are weak). The numerically
@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from . import numpy as pnp
-from .frontend.tracing import bind
-from .numpy.core import FLOAT32, convert, dtype_of, eager_result, is_float, operand
+from .. import numpy as pnp
+from ..frontend.tracing import bind
+from ..numpy.core import FLOAT32, convert, dtype_of, eager_result, is_float, operand
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "gelu", "sigmoid", "log_sigmoid", "silu", "swish",
            "softplus", "softmax", "log_softmax", "logsumexp", "layer_norm", "one_hot", "standardize"]
