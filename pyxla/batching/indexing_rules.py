@@ -21,7 +21,7 @@ import numpy as np
 from .. import lax
 from ..autodiff.rule_helpers import overwrite_computation
 from ..autodiff.staging import semantic_attrs
-from ..frontend.tracing import bind
+from ..frontend.tracing import bind, shape_of
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import ArrayShape
 from .interpreter import BATCH_RULES
@@ -87,7 +87,7 @@ def _index_vectors(starts: list[Any], dims: list[Any], size: int) -> Any:
 
 
 def _dtype(x: Any) -> np.dtype:
-    return np.dtype(getattr(x, "dtype", np.asarray(x).dtype))
+    return np.dtype(shape_of(x).dtype.np_dtype)
 
 
 def _dynamic_slice(instr: HloInstruction, values: list[Any], dims: list[Any]) -> tuple[Any, int]:
