@@ -16,6 +16,8 @@ from . import (
     random,  # noqa: F401  (JAX's key-based random numbers)
 )
 from .autodiff import float0, grad, jvp, linearize, value_and_grad, vjp  # noqa: F401
+from .autodiff.checkpoint import checkpoint, checkpoint_policies, remat  # noqa: F401
+from .autodiff.custom import custom_jvp, custom_vjp  # noqa: F401
 from .autodiff.jacobians import hessian, jacfwd, jacrev  # noqa: F401
 from .batching import vmap  # noqa: F401
 from .errors import (  # noqa: F401
