@@ -108,8 +108,16 @@ def test_integer_inputs_are_refused():
 def test_against_jax():
     import jax
     import jax.numpy as jnp
-    jax.config.update("jax_enable_x64", True)
     x = np.random.default_rng(5).standard_normal(4)
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)   # float64, as pyxla computes here
+    try:
+        _compare_with_jax(jax, jnp, x)
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
+def _compare_with_jax(jax, jnp, x):
 
     def jax_f(v):
         return jnp.sin(v) * jnp.sum(v ** 2) + jnp.tanh(v[::-1])
