@@ -9,6 +9,7 @@ checks that the cases reach every rule in BATCH_RULES with a batched operand.
 """
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -187,14 +188,15 @@ def _insert_axis(x, axis):
     return np.moveaxis(x, 0, axis)
 
 
-def _run_case(c: Case, variant: int, jit: bool, seed: int):
+def _run_case(c: Case, variant: int, jit: bool, seed: int, mapped: list[bool] | None = None):
     rng = np.random.default_rng(seed)
     examples = [[np.asarray(make(rng)) for make in c.args] for _ in range(B)]
     n = len(c.args)
-    mapped = [True] * n
-    if variant == 1 and n > 1:
-        mapped = [bool(m) for m in rng.integers(0, 2, n)]
-        mapped[int(rng.integers(0, n))] = True
+    if mapped is None:
+        mapped = [True] * n
+        if variant == 1 and n > 1:
+            mapped = [bool(m) for m in rng.integers(0, 2, n)]
+            mapped[int(rng.integers(0, n))] = True
     in_axes, inputs = [], []
     for k in range(n):
         if mapped[k]:
@@ -252,6 +254,19 @@ def test_rule_eager(c, reached):
 @pytest.mark.parametrize("c", [c for c in CASES if c.jit], ids=[c.name for c in CASES if c.jit])
 def test_rule_jit(c):
     _run_case(c, 1, jit=True, seed=zlib.crc32(c.name.encode()) + 2)
+
+
+PATTERNED = [c for c in CASES if c.opcodes[0] in ("dot", "convolution", "gather", "scatter", "dynamic-slice",
+                                                 "dynamic-update-slice", "pad", "select", "clamp", "conditional",
+                                                 "while", "concatenate", "select-and-scatter", "sort")]
+PATTERNS = [(c, mapped) for c in PATTERNED
+            for mapped in itertools.product([False, True], repeat=len(c.args)) if any(mapped)]
+
+
+@pytest.mark.parametrize("c,mapped", PATTERNS, ids=[f"{c.name}-{''.join('01'[m] for m in p)}" for c, p in PATTERNS])
+def test_rule_every_operand_pattern(c, mapped):
+    """Each subset of the arguments mapped (the rest shared): every form of the rule."""
+    _run_case(c, 0, jit=False, seed=zlib.crc32(c.name.encode()) + 3, mapped=list(mapped))
 
 
 def test_every_rule_is_exercised():
