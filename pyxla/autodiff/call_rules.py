@@ -28,9 +28,11 @@ from ..hlo.instruction import HloInstruction
 from ..hlo.ops.registry import register_custom_call
 from ..hlo.shape import TupleShape
 from ..lax.control_flow import optimization_barrier
+from . import control_flow_rules  # noqa: F401  (its rule of an ordinary call first: this one wraps it)
 from .checkpoint import CheckpointCall
 from .custom import CustomJvpCall, CustomVjpCall
 from .forward import JOINT_RULES, JvpContext
+from .remat_policies import SavedValue, linearize_saving, saved_value_rule
 from .rule_helpers import zeros
 from .staging import location
 from .traced_calls import CALL_RULES, evaluate, is_linear
@@ -156,7 +158,6 @@ def _checkpoint(context: JvpContext, computation: HloComputation, call: Checkpoi
     if trace is None or call.saves_everything:
         return context.jvp(computation, operands, tangents)
     if not call.saves_nothing:
-        from .remat_policies import linearize_saving
         return linearize_saving(context, computation, call, operands, tangents)
     out = bind("call", *operands, to_apply=computation)
     with trace:
@@ -176,6 +177,8 @@ def _call(context: JvpContext, instr: HloInstruction, operands: list[Any], tange
         return _custom_vjp(context, instr, call, operands, tangents)
     if isinstance(call, CheckpointCall):
         return _checkpoint(context, computation, call, operands, tangents)
+    if isinstance(call, SavedValue):
+        return saved_value_rule(context, call, operands, tangents)
     if _plain_call is not None:
         return _plain_call(context, instr, operands, tangents)
     return context.jvp(computation, operands, tangents)

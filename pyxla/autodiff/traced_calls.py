@@ -124,12 +124,13 @@ def is_linear(value: Any, tangent_trace: Trace | None) -> bool:
 
 
 def evaluate(computation: HloComputation, arguments: Sequence[Any], *, tangent_trace: Trace | None = None,
-             scope: str | None = None) -> Any:
+             scope: str | None = None, values: dict[int, Any] | None = None) -> Any:
     """The root value of `computation` at `arguments` (one per parameter), its instructions
     emitted again in the current trace, except those reading a value of `tangent_trace`,
     which go there. A `call` that reads one is evaluated inline, so that the tangent trace
-    holds only the opcodes whose transposes exist."""
-    env: dict[int, Any] = {}
+    holds only the opcodes whose transposes exist. `values`, where given, receives the value
+    of every instruction, by id."""
+    env: dict[int, Any] = {} if values is None else values
     for param in computation.parameters:
         env[id(param)] = arguments[param.parameter_number]
     for instr in computation.post_order():
