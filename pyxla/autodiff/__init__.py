@@ -17,12 +17,16 @@ Files, in the order a derivative is built:
   transpose_rules.py  the cotangent rule of each linear opcode
   rule_helpers.py     what the rules share
   control_flow_rules.py  call and conditional (cond, switch): forward, linearised, transposed
+  while_rules.py      while (while_loop, fori_loop, scan): forward, linearised with stacked
+                      residuals where the trip count is known, transposed
   subcomputations.py  the branches and loop bodies those rules build, and their emission
   api.py              grad, value_and_grad, vjp, jvp, linearize
 Design and coverage: docs/autodiff.md.
 """
-from . import control_flow_rules  # noqa: F401  (registers the rules of call and conditional)
-from . import call_rules  # noqa: F401  (after control_flow_rules: custom_jvp, custom_vjp, checkpoint calls)
+from . import (
+           call_rules,  # noqa: F401  (after control_flow_rules: custom_jvp, custom_vjp, checkpoint calls)
+           control_flow_rules,  # noqa: F401  (registers the rules of call, conditional and while)
+)
 from .api import float0, grad, jvp, linearize, value_and_grad, vjp
 from .checkpoint import checkpoint, checkpoint_policies, remat
 from .custom import custom_jvp, custom_vjp

@@ -14,11 +14,10 @@
 - its transpose: a conditional on the same index of the transposed linear branches, from
   the output cotangents and the residuals to the cotangents of the input tangents.
 
-The index is an integer: it has no derivative. Loops: while_rules.py.
+The index is an integer: it has no derivative. Loops: while_rules.py (registered from here).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,10 +25,11 @@ import numpy as np
 from .. import lax
 from ..frontend.tracing import Trace, Tracer, shape_of
 from ..hlo.instruction import HloInstruction
-from ..hlo.shape import Shape, TupleShape
+from ..hlo.shape import Shape
+from . import while_rules  # noqa: F401  (registers the rules of while)
 from .forward import JOINT_RULES, JvpContext
 from .rule_helpers import MissingRule, instantiate, zeros
-from .subcomputations import Captured, Flat, FlatTrace, emit_conditional
+from .subcomputations import Captured, Flat, FlatTrace, as_state, element_shape, emit_conditional, flat_elements
 from .transpose import CALLING_TRANSPOSE_RULES, branch_computations, transpose_computation
 from .transpose_rules import Linear
 
@@ -47,20 +47,6 @@ CALLING_TRANSPOSE_RULES["call"] = _call_transpose
 
 
 # --- flat states ----------------------------------------------------------------------------------
-
-def flat_elements(value: Any, shape: Shape) -> list[Any]:
-    """The elements of a flat tuple value (or the one array); nested tuples have no rule."""
-    if not isinstance(shape, TupleShape):
-        return [value]
-    if any(isinstance(e, TupleShape) for e in shape.elements):
-        raise MissingRule("control flow over nested tuples")
-    return list(value) if value is not None else [None] * len(shape.elements)
-
-
-def as_state(elements: Sequence[Any], shape: Shape) -> Any:
-    """Flat elements as the value a parameter of `shape` takes: a tuple, or the one array."""
-    return tuple(elements) if isinstance(shape, TupleShape) else elements[0]
-
 
 def branch_index(instr: HloInstruction, selector: Any) -> Any:
     """A conditional's branch index as s32 (a pred selects branch 0 when true)."""
@@ -88,10 +74,6 @@ class _Operands:
 
 def _outputs(value: Any, shape: Shape) -> list[Any]:
     return flat_elements(value, shape)
-
-
-def element_shape(shape: Shape, i: int) -> Shape:
-    return shape.elements[i] if isinstance(shape, TupleShape) else shape
 
 
 # --- forward mode ---------------------------------------------------------------------------------

@@ -24,7 +24,29 @@ from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import Shape, TupleShape
 from ..numpy.core import computation_name
+from .rule_helpers import MissingRule
 
+# --- flat states ----------------------------------------------------------------------------------
+
+def flat_elements(value: Any, shape: Shape) -> list[Any]:
+    """The elements of a flat tuple value (or the one array); nested tuples have no rule."""
+    if not isinstance(shape, TupleShape):
+        return [value]
+    if any(isinstance(e, TupleShape) for e in shape.elements):
+        raise MissingRule("control flow over nested tuples")
+    return list(value) if value is not None else [None] * len(shape.elements)
+
+
+def as_state(elements: Sequence[Any], shape: Shape) -> Any:
+    """Flat elements as the value a parameter of `shape` takes: a tuple, or the one array."""
+    return tuple(elements) if isinstance(shape, TupleShape) else elements[0]
+
+
+def element_shape(shape: Shape, i: int) -> Shape:
+    return shape.elements[i] if isinstance(shape, TupleShape) else shape
+
+
+# --- flat computations ----------------------------------------------------------------------------
 
 @dataclass
 class Captured:

@@ -87,7 +87,7 @@ def linearity_of(arg: Any) -> Lin:
     return False
 
 
-def _while_linearity(instr: HloInstruction, state: Lin) -> Lin:
+def while_linearity(instr: HloInstruction, state: Lin) -> Lin:
     """A loop's state elements that depend on the linear inputs: the fixed point of the body."""
     body = instr.attrs["body"]
     while True:
@@ -108,7 +108,7 @@ def _instruction_linearity(instr: HloInstruction, ops: list[Lin]) -> Lin:
     if opcode == "call":
         return computation_linearity(instr.attrs["to_apply"], ops)
     if opcode == "while":
-        return _while_linearity(instr, ops[0])
+        return while_linearity(instr, ops[0])
     if opcode == "conditional" and not any_linear(ops[0]):
         result: Lin = False
         for k, branch in enumerate(branch_computations(instr)):
@@ -204,9 +204,13 @@ def backward_pass(instrs: Sequence[HloInstruction], lin: dict[int, Lin], env: di
     # The residual values the linear instructions read (and what those are computed from).
     needed: set[int] = set()
     for instr in reversed(instrs):
-        if id(instr) in env:
+        key = id(instr)
+        if key in env:
             continue
-        if any_linear(lin[id(instr)]) or id(instr) in needed:
+        structural = instr.opcode in ("tuple", "get-tuple-element")
+        if (any_linear(lin[key]) and not structural) or (key in needed and (lin[key] is False or structural)):
+            # Transposing tuples and get-tuple-elements reads no values; a rule reads its
+            # residual operands, and a residual is computed from its operands.
             needed.update(id(o) for o in instr.operands if lin[id(o)] is not True)
     for instr in instrs:
         key = id(instr)

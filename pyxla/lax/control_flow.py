@@ -10,11 +10,17 @@ and `call`s the traced function. Values of enclosing traces that a function clos
 With no trace active the same functions run as plain Python loops and ifs on concrete
 values, so eager code and jitted code give the same results.
 
+Trip counts: scan and fori_loop with concrete bounds know how many times their loop runs,
+and say so on the while instruction as XLA does, in its backend_config
+(`{"known_trip_count":{"n":"10"}}`, which XLA's HLO parser accepts): reverse-mode
+differentiation needs it (pyxla/autodiff/while_rules.py).
+
 Weak typing: a carry leaf that starts as a Python number takes the type the body gives it
 (`fori_loop(0, n, f, 0.0)` with an f32 body carries f32), as in JAX.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -165,6 +171,24 @@ class StateComputation:
         return self.builder.build(root)
 
 
+# --- known trip counts ------------------------------------------------------------------
+
+def known_trip_count_config(n: int) -> str:
+    """The backend_config of a while that runs `n` times (XLA's form)."""
+    return json.dumps({"known_trip_count": {"n": str(int(n))}}, separators=(",", ":"))
+
+
+def known_trip_count(instr: Any) -> int | None:
+    """The trip count a while instruction's backend_config records, if any."""
+    config = instr.attrs.get("backend_config")
+    if not config:
+        return None
+    try:
+        return int(json.loads(config)["known_trip_count"]["n"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 # --- while_loop -------------------------------------------------------------------------
 
 def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
@@ -178,7 +202,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     return _while_traced(cond_fun, body_fun, carry, "while_loop")
 
 
-def _while_traced(cond_fun: Callable, body_fun: Callable, carry: Carry, what: str) -> Any:
+def _while_traced(cond_fun: Callable, body_fun: Callable, carry: Carry, what: str,
+                  trip_count: int | None = None) -> Any:
     traced, carry = _trace_body(body_fun, carry, what)
     cond = trace_flat(f"{what} cond_fun", lambda *xs: cond_fun(tree_unflatten(carry.tree, xs)), carry, "while_cond")
     if cond.tree.num_leaves != 1 or cond.tree.kind != "leaf" or not cond.avals[0].compatible(ArrayShape(PRED, ())):
@@ -198,7 +223,8 @@ def _while_traced(cond_fun: Callable, body_fun: Callable, carry: Carry, what: st
     cond_comp = cond_comp.build(cond_comp.result(cond_comp.call(cond), 0))
 
     state = make_tuple(*carry.concrete_leaves(), *captures)
-    out = bind("while", state, condition=cond_comp, body=body_comp)
+    config = {} if trip_count is None else {"backend_config": known_trip_count_config(trip_count)}
+    out = bind("while", state, condition=cond_comp, body=body_comp, **config)
     return tree_unflatten(carry.tree, list(out[:n]))
 
 
@@ -260,7 +286,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_
 
     carry = Carry([lo] + user.leaves, tree_flatten((lo, init_val))[1], [aval(lo)] + user.avals,
                   [both_python] + user.weak)
-    _, val = _while_traced(lambda state: lt(state[0], hi), body, carry, "fori_loop")
+    static = not isinstance(lower, Tracer) and not isinstance(upper, Tracer)
+    trip_count = max(0, int(np.asarray(upper)) - int(np.asarray(lower))) if static else None
+    _, val = _while_traced(lambda state: lt(state[0], hi), body, carry, "fori_loop", trip_count)
     return val
 
 
@@ -436,7 +464,7 @@ def _scan_traced(f: Callable, carry: Carry, x_leaves: list[Any], x_tree: PyTreeD
     leaves, tree = tree_flatten(init)
     state = Carry(leaves, tree, [aval(x) for x in leaves],
                   [False] + carry.weak + [False] * len(buffers))
-    _, final, ys = _while_traced(lambda s: lt(s[0], length), body, state, "scan")
+    _, final, ys = _while_traced(lambda s: lt(s[0], length), body, state, "scan", length)
     return final, tree_unflatten(probe.y_tree, ys)
 
 
