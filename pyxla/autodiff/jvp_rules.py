@@ -186,6 +186,14 @@ JVP_RULES["convert"] = _convert
 deflinear("copy", 0)
 deflinear("reduce-precision", 0)
 
+
+def _opt_barrier(instr, primals, tangents, out):
+    """The tangents pass by (the barrier only keeps optimisations from moving primal values)."""
+    return tangents[0]
+
+
+JVP_RULES["opt-barrier"] = _opt_barrier
+
 # --- data movement ---------------------------------------------------------------------------
 
 for _opcode in ("broadcast", "reshape", "transpose", "slice", "reverse", "dynamic-slice", "gather"):

@@ -69,6 +69,14 @@ GATHER_WINDOWS = lax.GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_
 SCATTER = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
                                       scatter_dims_to_operand_dims=(0,))
 
+
+@pyxla.custom_vjp
+def _custom_vjp_product(x, y):
+    return x * y
+
+
+_custom_vjp_product.defvjp(lambda x, y: (x * y, (x, y)), lambda res, g: (g * res[1], g * res[0]))
+
 # name -> (function, input makers[, check_grads options]); a maker may return several inputs
 CASES: dict[str, tuple] = {
     # arithmetic
@@ -182,6 +190,10 @@ CASES: dict[str, tuple] = {
     "sort (one operand, keys and values), median": (
         lambda x, v: (pnp.sort(x, axis=0), lax.sort_key_val(x, v, 1), pnp.median(x, axis=1)), (normal(3, 5), normal(3, 5))),
     "top_k": (lambda x: lax.top_k(x, 3)[0], (normal(3, 6),)),
+    # barriers and user-defined rules
+    "optimization_barrier": (lambda x, y: lax.optimization_barrier((x * y, y))[0] * y, (normal(3), normal(3))),
+    "custom_vjp (its linear custom-call)": (lambda x, y: _custom_vjp_product(x, y) * x, (normal(3), normal(3)),
+                                            {"modes": ("rev",)}),
     # composites of primitives
     "softmax": (lambda x: nn.softmax(x), (normal(3, 5),)),
     "log_softmax": (lambda x: nn.log_softmax(x, axis=0), (normal(3, 5),)),
