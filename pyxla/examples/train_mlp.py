@@ -70,8 +70,11 @@ def make_step(optimizer):
     return step
 
 
+predict_jit = pyxla.jit(predict)
+
+
 def accuracy(params, x, labels) -> float:
-    return float(np.mean(np.argmax(pyxla.jit(predict)(params, x), -1) == labels))
+    return float(np.mean(np.argmax(predict_jit(params, x), -1) == labels))
 
 
 def _memory_line(memory: dict) -> str:
@@ -119,7 +122,7 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     for i in range(args.steps):
         idx = order[(i % batches) * args.batch:(i % batches + 1) * args.batch]
-        loss, opt_state = step(np.int32(i), opt_state, x_train[idx], y_train[idx])
+        loss, opt_state = compiled(np.int32(i), opt_state, x_train[idx], y_train[idx])
         losses.append(float(loss))
         if i % args.log_every == 0 or i == args.steps - 1:
             print(f"step {i:5d}  loss {losses[-1]:.4f}")
