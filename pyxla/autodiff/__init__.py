@@ -24,7 +24,7 @@ Files, in the order a derivative is built:
 Design and coverage: docs/autodiff.md.
 """
 from . import (
-           call_rules,  # noqa: F401  (after control_flow_rules: custom_jvp, custom_vjp, checkpoint calls)
+           call_rules,  # noqa: F401  (custom_jvp, custom_vjp, checkpoint calls)
            control_flow_rules,  # noqa: F401  (registers the rules of call, conditional and while)
 )
 from .api import float0, grad, jvp, linearize, value_and_grad, vjp
