@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import zipfile
+import zlib
 from pathlib import Path
 
 import ml_dtypes
@@ -33,6 +35,29 @@ def _read_module(path: str):
     return parse_module(text, source=path)
 
 
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of the .npz archive at `path`, by name, read now so that a bad file fails
+    here with its name rather than as a NumPy traceback at first use."""
+    try:
+        archive = np.load(path)     # allow_pickle=False: object arrays are refused, not unpickled
+    except (ValueError, EOFError, zipfile.BadZipFile, OSError) as e:
+        raise PyxlaError(f"--inputs {path}: not an .npz archive of arrays ({e})") from e
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise PyxlaError(f"--inputs {path}: a single .npy array, not an .npz archive "
+                         f"(write one with np.savez)")
+    arrays = {}
+    with archive:
+        for name in archive.files:
+            try:
+                arrays[name] = archive[name]
+            except ValueError as e:
+                raise PyxlaError(f"--inputs {path}: array {name!r} cannot be read without "
+                                 f"unpickling (object arrays are not accepted): {e}") from e
+            except (EOFError, zipfile.BadZipFile, zlib.error, OSError) as e:
+                raise PyxlaError(f"--inputs {path}: array {name!r} is damaged ({e})") from e
+    return arrays
+
+
 def _load_inputs(path: str | None, module) -> list[np.ndarray]:
     params = module.entry.parameters
     if path is None:
@@ -40,15 +65,15 @@ def _load_inputs(path: str | None, module) -> list[np.ndarray]:
             raise PyxlaError(f"the module takes {len(params)} parameters: give them with --inputs IN.npz")
         return []
     args = []
-    with np.load(path) as z:
-        for i, p in enumerate(params):
-            key = f"arg{i}"
-            if key not in z:
-                raise PyxlaError(f"{path} has no {key} for parameter {p.name} ({p.shape.to_text(False)})")
-            a = z[key]
-            if isinstance(p.shape, ArrayShape) and p.shape.dtype.name == "bf16" and a.dtype == np.uint16:
-                a = a.view(ml_dtypes.bfloat16)
-            args.append(a)
+    z = _read_npz(path)
+    for i, p in enumerate(params):
+        key = f"arg{i}"
+        if key not in z:
+            raise PyxlaError(f"{path} has no {key} for parameter {p.name} ({p.shape.to_text(False)})")
+        a = z[key]
+        if isinstance(p.shape, ArrayShape) and p.shape.dtype.name == "bf16" and a.dtype == np.uint16:
+            a = a.view(ml_dtypes.bfloat16)
+        args.append(a)
     return args
 
 
@@ -79,8 +104,7 @@ def cmd_run_onnx(ns) -> int:
     model = load(ns.model, backend=ns.backend)
     feeds = {}
     if ns.inputs:
-        with np.load(ns.inputs) as z:
-            feeds = {name: z[name] for name in z.files}
+        feeds = _read_npz(ns.inputs)
     start = time.perf_counter()
     model.compile(feeds)
     compiled = time.perf_counter() - start
