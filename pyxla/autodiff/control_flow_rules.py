@@ -117,9 +117,11 @@ class _LinearBranch:
                  touts: list[Any]):
         self.flat, self.linear, self.params, self.outs, self.touts = flat, linear, params, outs, touts
         params_ids = {id(p) for p in params}
-        # Residuals computed in the branch; its parameters and outer values are passed as they are.
+        # Residuals computed in the branch; its parameters, constants and outer values are
+        # passed as they are.
         self.locals = [outer for outer, _ in linear.trace.captures
-                       if isinstance(outer, Tracer) and outer.trace is flat.trace and id(outer) not in params_ids]
+                       if isinstance(outer, Tracer) and outer.trace is flat.trace and id(outer) not in params_ids
+                       and outer.instr.opcode != "constant"]
 
 
 def _linearize_branches(context: JvpContext, instr: HloInstruction, ops: _Operands) -> list[_LinearBranch]:
@@ -155,6 +157,8 @@ def _linear_flat(branch: _LinearBranch, outputs: list[Any], first_slot: int, lea
             inputs.append(local_slots[id(x.value)])
         elif isinstance(x, Captured) and id(x.value) in param_slots:
             inputs.append(Captured(leaves[param_slots[id(x.value)]]))
+        elif isinstance(x, Captured) and isinstance(x.value, Tracer) and x.value.trace is branch.flat.trace:
+            inputs.append(Captured(x.value.instr.literal))   # a constant
         else:
             inputs.append(x)
     return Flat(built.comp, inputs)
