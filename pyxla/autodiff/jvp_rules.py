@@ -14,6 +14,7 @@ forward.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -35,8 +36,10 @@ from .rule_helpers import (
     instantiate,
     overwrite_computation,
     reducer_kind,
+    running_product_tangent,
     scalar,
     scatter_windows,
+    window_views,
     with_ignored_parameters,
     zeros,
 )
@@ -224,6 +227,8 @@ def _scatter(instr, primals, tangents, out):
     if kind == "add":
         return bind("scatter", instantiate(t_operand, op_shape), indices, instantiate(t_updates, upd_shape),
                     shape=instr.shape, **attrs)
+    if kind in ("maximum", "minimum"):
+        return _scatter_extremal(instr, primals, tangents, out)
     if kind != "second":
         raise MissingRule
     scatter_dims = [d for d in range(upd_shape.rank) if d not in attrs["update_window_dims"]]
@@ -244,6 +249,28 @@ def _scatter(instr, primals, tangents, out):
 
 
 JVP_RULES["scatter"] = _scatter
+
+
+def _scatter_extremal(instr, primals, tangents, out):
+    """scatter that keeps the max (min): the derivative is shared evenly among the values
+    equal to the result, the operand's and the updates' (JAX's rule)."""
+    operand, indices, updates = primals
+    t_operand, _, t_updates = tangents
+    op_shape, upd_shape = array_shape(instr.operands[0].shape), array_shape(instr.operands[2].shape)
+    attrs = {**semantic_attrs(instr), "to_apply": add_computation(op_shape.dtype)}
+    read_back, fits = scatter_windows(instr, out, indices)
+    won = lax.bitwise_and(fits, lax.eq(updates, read_back))
+    kept = lax.eq(operand, out)
+    ones, none = full_like(out, 1), zeros(op_shape)
+    count = lax.add(bind("scatter", none, indices, lax.select(won, full_like(updates, 1), zeros(upd_shape)),
+                         shape=instr.shape, **attrs), lax.select(kept, ones, none))
+    terms = []
+    if t_operand is not None:
+        terms.append(lax.select(kept, t_operand, none))
+    if t_updates is not None:
+        terms.append(bind("scatter", none, indices, lax.select(won, t_updates, zeros(upd_shape)), shape=instr.shape,
+                          **attrs))
+    return lax.div(add_all(terms), lax.max(count, ones))
 
 # --- reductions and contractions --------------------------------------------------------------
 
@@ -302,28 +329,94 @@ JVP_RULES["dot"] = _bilinear
 
 
 def _convolution(instr, primals, tangents, out):
-    if any(w.reversal for w in instr.attrs["window"]):
-        raise MissingRule
-    return _bilinear(instr, primals, tangents, out)
+    """Bilinear; reversed windows are a convolution with the kernel's reversed spatial
+    dimensions, written so, since the transpose rule knows unreversed windows only."""
+    window = instr.attrs["window"]
+    if not any(w.reversal for w in window):
+        return _bilinear(instr, primals, tangents, out)
+    spatial = instr.attrs["dim_labels"].kernel_spatial
+    flipped = tuple(spatial[k] for k, w in enumerate(window) if w.reversal)
+    attrs = {**semantic_attrs(instr), "window": tuple(dataclasses.replace(w, reversal=False) for w in window)}
+    (x, y), (t_x, t_y) = primals, tangents
+    return add_all([None if t_x is None else bind("convolution", t_x, lax.rev(y, flipped), shape=instr.shape, **attrs),
+                    None if t_y is None else bind("convolution", x, lax.rev(t_y, flipped), shape=instr.shape, **attrs)])
 
 
 JVP_RULES["convolution"] = _convolution
 
 
+# Windows with more positions than this get no rule for products and dilated max/min: their
+# rules emit a few instructions per window position.
+MAX_WINDOW_POSITIONS = 64
+
+
 def _reduce_window(instr, primals, tangents, out):
     """Window sums (sum pooling, cumsum) are linear. Window max/min (max pooling) take the
     tangent of the element each window chooses, by reducing (value, tangent) pairs (JAX's
-    select_and_gather_add); the first of tied elements is chosen, as select_and_scatter does."""
+    select_and_gather_add); the first of tied elements is chosen, as select_and_scatter does.
+    Dilated max/min windows and window products go position by position through the window
+    (cumprod by a scan of pairs instead)."""
     if len(primals) != 2 or tangents[1] is not None:
         raise MissingRule
     kind = reducer_kind(instr.attrs["to_apply"])
     if kind == "add":
         return bind("reduce-window", tangents[0], scalar(0, instr.shape), shape=instr.shape, **semantic_attrs(instr))
     window = instr.attrs["window"]
-    if kind not in ("maximum", "minimum") or any(w.lhs_dilate != 1 or w.rhs_dilate != 1 or w.reversal
-                                                  for w in window):
+    dilated = any(w.lhs_dilate != 1 or w.rhs_dilate != 1 for w in window)
+    if kind in ("maximum", "minimum") and not dilated:
+        return gather_chosen(primals[0], tangents[0], lax.ge if kind == "maximum" else lax.le, window, primals[1])
+    scan_axis = _running_axis(array_shape(instr.operands[0].shape).dims, window)
+    if kind == "multiply" and scan_axis is not None:
+        reverse = window[scan_axis].pad_high > 0
+        tangent = running_product_tangent(primals[0], tangents[0], scan_axis, reverse)
+        return lax.mul(tangent, broadcast_to(primals[1], instr.shape))
+    if kind not in ("maximum", "minimum", "multiply") or math.prod(w.size for w in window) > MAX_WINDOW_POSITIONS:
         raise MissingRule
-    return gather_chosen(primals[0], tangents[0], lax.ge if kind == "maximum" else lax.le, window, primals[1])
+    xs = window_views(primals[0], primals[1], window)
+    ts = window_views(tangents[0], scalar(0, instr.shape), window)
+    if kind == "multiply":
+        return lax.mul(_product_rule(xs, ts), broadcast_to(primals[1], instr.shape))
+    return _chosen_by_position(xs, ts, lax.gt if kind == "maximum" else lax.lt)
+
+
+def _running_axis(dims: tuple[int, ...], window: Any) -> int | None:
+    """The axis of a running reduction (cumprod: a window of the whole axis, padded on one
+    side to end at each element, stride 1), or None for another window."""
+    long = [d for d, w in enumerate(window) if w.size > 1]
+    if len(long) != 1 or any(w.stride != 1 or w.lhs_dilate != 1 or w.rhs_dilate != 1 for w in window):
+        return None
+    axis = long[0]
+    n, w = dims[axis], window[axis]
+    if w.size != n or (w.pad_low, w.pad_high) not in ((n - 1, 0), (0, n - 1)):
+        return None
+    others = [v for d, v in enumerate(window) if d != axis]
+    return axis if all(v.pad_low == 0 and v.pad_high == 0 for v in others) else None
+
+
+def _product_rule(xs: list[Any], ts: list[Any]) -> Any:
+    """sum_k t_k * prod_{j != k} x_j, the products of the others as the products before and
+    after each position (no division, so zeros are fine)."""
+    before = [None] * len(xs)
+    after = [None] * len(xs)
+    for k in range(1, len(xs)):
+        before[k] = xs[k - 1] if before[k - 1] is None else lax.mul(before[k - 1], xs[k - 1])
+    for k in range(len(xs) - 2, -1, -1):
+        after[k] = xs[k + 1] if after[k + 1] is None else lax.mul(after[k + 1], xs[k + 1])
+    terms = []
+    for t, b, a in zip(ts, before, after):
+        others = a if b is None else b if a is None else lax.mul(b, a)
+        terms.append(t if others is None else lax.mul(t, others))
+    return add_all(terms)
+
+
+def _chosen_by_position(xs: list[Any], ts: list[Any], better: Any) -> Any:
+    """The tangent at the element each window chooses, the first of ties (a later position
+    replaces the choice only when strictly `better`)."""
+    best, tangent = xs[0], ts[0]
+    for x, t in zip(xs[1:], ts[1:]):
+        take = better(x, best)
+        best, tangent = lax.select(take, x, best), lax.select(take, t, tangent)
+    return tangent
 
 
 JVP_RULES["reduce-window"] = _reduce_window

@@ -5,6 +5,7 @@ at once eagerly), exactly as user code does.
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 from typing import Any
 
@@ -214,3 +215,43 @@ def with_ignored_parameters(computation: HloComputation, extra: list[Shape]) -> 
                                      attrs=dict(instr.attrs))
     assert computation.root is not None
     return b.build(copies[id(computation.root)])
+
+
+def window_views(x: Any, pad_value: Any, window: Any) -> list[Any]:
+    """For each position of the window (HLO WindowDims, row-major over its dimensions), the
+    elements every output of a reduce-window reads there, shaped like the output: strided
+    slices of `x` dilated and padded with `pad_value` (a scalar), as reduce-window sees it."""
+    padded = lax.pad(x, pad_value, [(w.pad_low, w.pad_high, w.lhs_dilate - 1) for w in window])
+    dims = array_shape(shape_of(padded)).dims
+    out = [(d - (w.size - 1) * w.rhs_dilate - 1) // w.stride + 1 for d, w in zip(dims, window)]
+    views = []
+    for offset in itertools.product(*[range(w.size) for w in window]):
+        start = [k * w.rhs_dilate for k, w in zip(offset, window)]
+        limit = [b + (n - 1) * w.stride + 1 for b, n, w in zip(start, out, window)]
+        views.append(lax.slice(padded, start, limit, [w.stride for w in window]))
+    return views
+
+
+def running_product_tangent(x: Any, t: Any, axis: int, reverse: bool) -> Any:
+    """The tangent of the running product of `x` along `axis` (cumprod), along `t`: the scan
+    of (product, tangent) pairs combined as (a b, t_a b + a t_b), in log2(n) doubling steps
+    (JAX differentiates cumprod through an associative scan too). No division, so zeros in
+    `x` are fine; linear in `t` (shifts, and products with primal values)."""
+    n = array_shape(shape_of(x)).dims[axis]
+    rank = array_shape(shape_of(x)).rank
+    one, zero = scalar(1, shape_of(x)), scalar(0, shape_of(x))
+
+    def shifted(v: Any, by: int, fill: Any) -> Any:
+        """`v` moved `by` places along the axis (towards the end, or the start when reversed)."""
+        config = [(0, 0, 0)] * rank
+        config[axis] = (0, by, 0) if reverse else (by, 0, 0)
+        kept = lax.slice_in_dim(v, by, n, 1, axis) if reverse else lax.slice_in_dim(v, 0, n - by, 1, axis)
+        return lax.pad(kept, fill, config)
+
+    y, ty, step = x, t, 1
+    while step < n:
+        y_before, ty_before = shifted(y, step, one), shifted(ty, step, zero)
+        ty = lax.add(lax.mul(ty_before, y), lax.mul(y_before, ty))
+        y = lax.mul(y_before, y)
+        step *= 2
+    return ty

@@ -108,10 +108,12 @@ def test_static_argnums_pytrees_and_higher_order(rng):
     np.testing.assert_allclose(t, 2 * np.cos(0.3))
 
 
-def test_against_jax(wx):
+def test_against_jax(wx, request):
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
+    x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
+    request.addfinalizer(lambda: jax.config.update("jax_enable_x64", x64))
     w, x = wx
     jlayer = lambda w, x: jnp.tanh(jnp.tanh(x @ w) @ w)  # noqa: E731
     want = jax.grad(lambda w: jnp.sum(jax.checkpoint(jlayer, policy=jax.checkpoint_policies.dots_saveable)(w, x) ** 2))(w)

@@ -301,10 +301,12 @@ def test_bwd_output_is_checked():
 
 # --- against JAX -------------------------------------------------------------------------------
 
-def test_against_jax():
+def test_against_jax(request):
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
+    x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
+    request.addfinalizer(lambda: jax.config.update("jax_enable_x64", x64))
 
     @jax.custom_jvp
     def j_log1pexp(x):

@@ -16,6 +16,7 @@ import pyxla.numpy as pnp
 from pyxla import lax, nn
 from pyxla.autodiff import jvp_rules, transpose_rules
 from pyxla.frontend.tracing import bind
+from pyxla.hlo.attributes import ConvDimensionNumbers, WindowDim
 
 from .gradient_testing import check_grads
 
@@ -68,6 +69,11 @@ GATHER = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,),
 GATHER_WINDOWS = lax.GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_dims=(), start_index_map=(0,))
 SCATTER = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
                                       scatter_dims_to_operand_dims=(0,))
+SCATTER_ROWS = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+                                           scatter_dims_to_operand_dims=(0,))
+
+CONV_REVERSED = {"dim_labels": ConvDimensionNumbers.from_labels("bf01_oi01->bf01"),
+                 "window": (WindowDim(3, pad_low=1, pad_high=1, reversal=True), WindowDim(2, stride=2, reversal=True))}
 
 
 @pyxla.custom_vjp
@@ -184,6 +190,23 @@ CASES: dict[str, tuple] = {
         lambda x: (lax.reduce_window_max(x, (1, 2, 2), (1, 2, 2), "VALID"), lax.reduce_window_max(x, (1, 3, 3), (1, 1, 2), "SAME"),
                    lax.reduce_window_min(x, (2, 3, 1), (2, 1, 1), [(1, 0), (0, 1), (0, 0)]), lax.cummax(x, axis=1)),
         (normal(2, 6, 4),)),
+    "cumprod (with a zero, reversed)": (
+        lambda x: (lax.cumprod(x * np.array([1.0, 1.0, 0.0, 1.0, 1.0]), axis=1), lax.cumprod(x, axis=0, reverse=True)),
+        (normal(3, 5),)),
+    "reduce_window product (strided, padded, a zero)": (
+        lambda x: lax.reduce_window(x * np.array([1.0, 0.0, 1.0, 1.0]), np.array(1.0), lax.mul, (2, 3), (1, 2),
+                                    [(1, 0), (0, 1)]),
+        (normal(3, 4),)),
+    "reduce_window max and min, dilated (dilated max pooling)": (
+        lambda x: (lax.reduce_window_max(x, (2, 2), (1, 1), "VALID", window_dilation=(2, 1)),
+                   lax.reduce_window_min(x, (2, 2), (2, 1), [(1, 1), (0, 1)], base_dilation=(2, 1))),
+        (normal(5, 6),)),
+    "convolution with reversed windows": (lambda x, w: bind("convolution", x, w, **CONV_REVERSED),
+                                          (normal(2, 3, 5, 6), normal(4, 3, 3, 2))),
+    "scatter_max and scatter_min (repeated indices)": (
+        lambda x, y: (lax.scatter_max(x, np.array([[0], [3], [0], [5]]), y, SCATTER),
+                      lax.scatter_min(x, np.array([[1], [2], [1], [1]]), y, SCATTER)),
+        (normal(4, 2), normal(4, 2))),
     "select_and_scatter_add": (
         lambda source, x: lax.select_and_scatter_add(source, x, lax.ge, (2, 2), (2, 1), "VALID"),
         (normal(2, 3), normal(4, 4))),
@@ -295,3 +318,29 @@ def test_comparisons_have_no_derivative():
     primal, tangent = pyxla.jvp(lambda a: a > 0, (x,), (np.ones(3),))
     np.testing.assert_array_equal(primal, x > 0)
     assert tangent.dtype == pyxla.float0 and tangent.shape == (3,)
+
+
+def test_scatter_max_shares_ties_evenly():
+    x = np.array([1.0, 5.0, 2.0])
+    gx, gy = pyxla.grad(lambda a, b: pnp.sum(lax.scatter_max(a, np.array([[0], [0], [2]]), b, SCATTER_ROWS)),
+                        argnums=(0, 1))(x, np.array([1.0, 0.5, 3.0]))
+    np.testing.assert_allclose(gx, [0.5, 1.0, 0.0])
+    np.testing.assert_allclose(gy, [0.5, 0.0, 1.0])
+
+
+def test_cumprod_and_dilated_pooling_against_jax(rng):
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        x = rng.standard_normal((4, 6)) * np.array([1.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+        np.testing.assert_allclose(pyxla.grad(lambda a: pnp.sum(lax.cumprod(a, axis=1) ** 2))(x),
+                                   jax.grad(lambda a: jnp.sum(jax.lax.cumprod(a, axis=1) ** 2))(x), rtol=1e-12)
+        x, t = rng.standard_normal((6, 7)), rng.standard_normal((6, 7))
+        ours = pyxla.jvp(lambda a: lax.reduce_window_max(a, (2, 3), (1, 2), "SAME", window_dilation=(2, 2)), (x,), (t,))
+        theirs = jax.jvp(lambda a: jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (2, 3), (1, 2), "SAME",
+                                                         window_dilation=(2, 2)), (x,), (t,))
+        np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-12)   # JAX has no VJP of dilated max pooling
+    finally:
+        jax.config.update("jax_enable_x64", x64)
