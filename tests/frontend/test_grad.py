@@ -292,8 +292,6 @@ def test_stop_gradient(rng):
 # --- refusals ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("opcode, fn", [
-    ("conditional", lambda a: pnp.sum(lax.cond(True, lambda b: b * 2, lambda b: b, a))),
-    ("while", lambda a: pnp.sum(lax.fori_loop(0, 3, lambda i, c: c * a, a))),
     ("reduce-window", lambda a: pnp.sum(lax.reduce_window(a, np.array(0.0), lax.atan2, (2,), (1,), "VALID"))),
     ("reduce", lambda a: lax.reduce((a, a), (0.0, 1.0), lambda x, y: (x[0] + y[0], x[1] * y[1]), (0,))[1]),
 ])
