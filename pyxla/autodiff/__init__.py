@@ -21,6 +21,11 @@ Files, in the order a derivative is built:
                       residuals where the trip count is known, transposed
   subcomputations.py  the branches and loop bodies those rules build, and their emission
   api.py              grad, value_and_grad, vjp, jvp, linearize
+  custom.py           custom_jvp, custom_vjp: the function emitted as a call, its rule traced beside it
+  checkpoint.py       checkpoint / remat and its policies
+  traced_calls.py     those calls and their rules (CALL_RULES), and re-emitting a traced rule
+  call_rules.py       the joint rule of call that applies them; custom_vjp's transpose (bwd)
+  remat_policies.py   checkpoints that save some values (dots_saveable)
 Design and coverage: docs/autodiff.md.
 """
 from . import (
