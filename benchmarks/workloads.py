@@ -129,6 +129,51 @@ def cnn_block64(x, w, b):
     return out.reshape(n, h // 2, 2, wd // 2, 2, -1).max(axis=(2, 4))
 
 
+def _cnn_train_inputs(rng, s):
+    n, hw, cin, cout, classes = _dim(64, s), _dim(32, s, 4), _dim(16, s, 4), _dim(32, s, 4), 10
+    labels = np.eye(classes, dtype=np.float32)[rng.integers(0, classes, n)]   # one-hot rows
+    flat = (hw // 2) * (hw // 2) * cout
+    return [_f32(rng, n, hw, hw, cin), _f32(rng, 3, 3, cin, cout, scale=(9 * cin) ** -0.5), _f32(rng, cout, scale=0.1),
+            _f32(rng, flat, classes, scale=flat ** -0.5), _f32(rng, classes, scale=0.1), labels]
+
+
+def cnn_train(x, w, b, wd, bd, labels):
+    """Loss and gradients of a small CNN, forward and backward written out by hand: NHWC 3x3
+    SAME convolution + bias + ReLU + 2x2/2 max pool, flattened (NHWC order) into a dense
+    layer, mean softmax cross-entropy against one-hot `labels`. Returns (loss, dw, db, dwd,
+    dbd) in the inputs' dtype."""
+    n, h, wdt, _ = x.shape
+    cols = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))), (3, 3),
+                                                    axis=(1, 2))   # n, h, w, c, 3, 3
+    y = np.einsum("nhwcij,ijco->nhwo", cols, w, optimize=True) + b
+    r = np.maximum(y, 0)
+    windows = r.reshape(n, h // 2, 2, wdt // 2, 2, -1).transpose(0, 1, 3, 5, 2, 4).reshape(n, h // 2, wdt // 2, -1, 4)
+    pooled = windows.max(-1)
+    flat = pooled.reshape(n, -1)
+    logits = flat @ wd + bd
+    shifted = logits - logits.max(-1, keepdims=True)
+    e = np.exp(shifted)
+    total = e.sum(-1, keepdims=True)
+    loss = -np.sum(labels * (shifted - np.log(total))) / n
+    dlogits = (e / total * labels.sum(-1, keepdims=True) - labels) / n
+    dpooled = (dlogits @ wd.T).reshape(pooled.shape)
+    first_max = np.argmax(windows, -1)[..., None]   # the gradient goes to the first maximum of a window
+    dwindows = np.zeros_like(windows)
+    np.put_along_axis(dwindows, first_max, dpooled[..., None], -1)
+    dr = dwindows.reshape(n, h // 2, wdt // 2, -1, 2, 2).transpose(0, 1, 4, 2, 5, 3).reshape(r.shape)
+    dy = dr * (y > 0)
+    dw = np.einsum("nhwcij,nhwo->ijco", cols, dy, optimize=True)
+    return loss, dw, dy.sum((0, 1, 2)), flat.T @ dlogits, dlogits.sum(0)
+
+
+def _cnn_train_flops(ins):
+    """The convolution forward and its weight gradient (2 * 9 * cin * cout per output pixel
+    each), the dense layer forward and backward."""
+    x, w, _, wd = ins[:4]
+    conv = 2 * x.shape[0] * x.shape[1] * x.shape[2] * w.shape[0] * w.shape[1] * w.shape[2] * w.shape[3]
+    return 2 * conv + 3 * 2 * x.shape[0] * wd.shape[0] * wd.shape[1]
+
+
 WORKLOADS = [
     Workload("sum_fma", "sum(x + y*z) over three vectors of 16M elements", _fma_sum_inputs,
              lambda x, y, z: np.sum(x + y * z), min_bytes=lambda ins: sum(a.nbytes for a in ins), rtol=1e-3),
@@ -150,6 +195,9 @@ WORKLOADS = [
              _attention_inputs, attention64, rtol=2e-3),
     Workload("cnn_block", "CNN block: batch 16, 64 -> 64 channels, 56x56, 3x3 conv + bias + ReLU + 2x2 max-pool",
              _cnn_inputs, cnn_block64, rtol=2e-3),
+    Workload("cnn_train", "training step: loss and gradients (w, b, wd, bd) of a CNN, batch 64, 32x32x16, "
+             "3x3 conv to 32 channels + bias + ReLU + 2x2 max-pool, dense to 10, mean softmax cross-entropy",
+             _cnn_train_inputs, cnn_train, flops=_cnn_train_flops, rtol=2e-3),
     Workload("dispatch", "adding two arrays of 4 elements (per-call overhead)",
              lambda rng, s: [_f32(rng, 4), _f32(rng, 4)], lambda x, y: x + y, rtol=1e-6),
 ]

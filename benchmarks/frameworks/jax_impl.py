@@ -80,6 +80,31 @@ def _build_mlp_train(ins):
     return run
 
 
+CNN_PARAMS = ("w", "b", "wd", "bd")
+
+
+def _build_cnn_train(ins):
+    import jax
+    import jax.numpy as jnp
+
+    cnn = _functions()["cnn_block"]
+
+    def loss(params, x, labels):
+        pooled = cnn(x, params["w"], params["b"])
+        logits = pooled.reshape(pooled.shape[0], -1) @ params["wd"] + params["bd"]
+        return -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1))
+
+    step = jax.jit(jax.value_and_grad(loss))
+    x, w, b, wd, bd, labels = (jax.device_put(a) for a in ins)
+    params = dict(zip(CNN_PARAMS, (w, b, wd, bd)))
+
+    def run():
+        value, grads = jax.block_until_ready(step(params, x, labels))
+        return (np.asarray(value), *(np.asarray(grads[k]) for k in CNN_PARAMS))
+    return run
+
+
 BUILDERS = {name: _build(name) for name in
             ("sum_fma", "gelu", "softmax", "layer_norm", "mlp", "attention", "cnn_block", "dispatch")}
 BUILDERS["mlp_train"] = _build_mlp_train
+BUILDERS["cnn_train"] = _build_cnn_train

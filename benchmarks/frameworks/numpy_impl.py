@@ -1,7 +1,7 @@
 """NumPy in float32: the baseline every user starts from."""
 import numpy as np
 
-from ..workloads import GELU_C, mlp_train
+from ..workloads import GELU_C, cnn_train, mlp_train
 
 NAME = "numpy"
 
@@ -59,5 +59,6 @@ BUILDERS = {
     "mlp_train": _fn(mlp_train),   # the hand-written forward and backward pass, in float32
     "attention": _fn(_attention),
     "cnn_block": _fn(_cnn),
+    "cnn_train": _fn(cnn_train),   # the hand-written forward and backward pass, in float32
     "dispatch": _fn(lambda x, y: x + y),
 }

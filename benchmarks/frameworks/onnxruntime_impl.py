@@ -1,5 +1,5 @@
 """onnxruntime on models exported from the PyTorch version of each workload; no training
-workload (mlp_train): the suite reports it as unsupported here."""
+workloads (mlp_train, cnn_train): the suite reports them as unsupported here."""
 import io
 
 NAME = "onnxruntime"

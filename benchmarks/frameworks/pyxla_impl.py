@@ -68,6 +68,26 @@ def _build_mlp_train(ins):
     return run
 
 
+CNN_PARAMS = ("w", "b", "wd", "bd")
+
+
+def _cnn_loss(params, x, labels):
+    pooled = _cnn(x, params["w"], params["b"])
+    logits = pnp.reshape(pooled, (pooled.shape[0], -1)) @ params["wd"] + params["bd"]
+    return -pnp.mean(pnp.sum(labels * nn.log_softmax(logits, axis=-1), axis=-1))
+
+
+def _build_cnn_train(ins):
+    x, w, b, wd, bd, labels = ins
+    params = dict(zip(CNN_PARAMS, (w, b, wd, bd)))
+    step = pyxla.jit(pyxla.value_and_grad(_cnn_loss), backend="cpu")
+
+    def run():
+        loss, grads = step(params, x, labels)
+        return (loss, *(grads[k] for k in CNN_PARAMS))
+    return run
+
+
 def _build(name):
     def build(ins):
         f = pyxla.jit(FUNCTIONS[name], backend="cpu")
@@ -77,3 +97,4 @@ def _build(name):
 
 BUILDERS = {name: _build(name) for name in FUNCTIONS}
 BUILDERS["mlp_train"] = _build_mlp_train
+BUILDERS["cnn_train"] = _build_cnn_train

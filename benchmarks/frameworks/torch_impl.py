@@ -1,5 +1,5 @@
 """PyTorch eager (NAME "torch") and torch.compile ("torch_compile"), CPU, float32, no grad
-(except mlp_train, which takes gradients with autograd)."""
+(except mlp_train and cnn_train, which take gradients with autograd)."""
 import numpy as np
 
 NAME = "torch"
@@ -57,7 +57,8 @@ def make_builders(compiled: bool):
         return build
     builders = {name: build_for(name) for name in
                 ("sum_fma", "gelu", "softmax", "layer_norm", "mlp", "attention", "cnn_block", "dispatch")}
-    builders["mlp_train"] = lambda ins: build_mlp_train(ins, compiled)
+    builders["mlp_train"] = lambda ins: build_train(ins, compiled, _mlp_loss)
+    builders["cnn_train"] = lambda ins: build_train(ins, compiled, _cnn_loss)
     return builders
 
 
@@ -67,19 +68,26 @@ def _mlp_loss(x, w1, b1, w2, b2, labels):
     return -(labels * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
 
 
-def build_mlp_train(ins, compiled: bool):
-    """Loss and gradients of w1, b1, w2, b2. Eager: autograd, `loss.backward()` and the
-    parameters' `.grad` read. Compiled: torch.compile of a step computing the loss and
-    calling `torch.autograd.grad`."""
+def _cnn_loss(x, w, b, wd, bd, labels):
     import torch
-    x, w1, b1, w2, b2, labels = (torch.from_numpy(a) for a in ins)
-    params = [p.clone().requires_grad_() for p in (w1, b1, w2, b2)]
+    pooled = functions()["cnn_block"](x, w, b)   # NHWC, so the flattening order is the others'
+    logits = pooled.reshape(pooled.shape[0], -1) @ wd + bd
+    return -(labels * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+
+def build_train(ins, compiled: bool, loss_fn):
+    """Loss and gradients of the four parameters (inputs 1-4; input 0 is the data, input 5 the
+    labels). Eager: autograd, `loss.backward()` and the parameters' `.grad` read. Compiled:
+    torch.compile of a step computing the loss and calling `torch.autograd.grad`."""
+    import torch
+    x, *weights, labels = (torch.from_numpy(a) for a in ins)
+    params = [p.clone().requires_grad_() for p in weights]
 
     if compiled:
         @torch.compile
-        def step(x, w1, b1, w2, b2, labels):
-            loss = _mlp_loss(x, w1, b1, w2, b2, labels)
-            return (loss, *torch.autograd.grad(loss, (w1, b1, w2, b2)))
+        def step(x, p0, p1, p2, p3, labels):
+            loss = loss_fn(x, p0, p1, p2, p3, labels)
+            return (loss, *torch.autograd.grad(loss, (p0, p1, p2, p3)))
 
         def run():
             return tuple(t.detach().numpy() for t in step(x, *params, labels))
@@ -88,7 +96,7 @@ def build_mlp_train(ins, compiled: bool):
     def run():
         for p in params:
             p.grad = None
-        loss = _mlp_loss(x, *params, labels)
+        loss = loss_fn(x, *params, labels)
         loss.backward()
         return (loss.detach().numpy(), *(p.grad.numpy() for p in params))
     return run
