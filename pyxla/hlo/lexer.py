@@ -23,7 +23,10 @@ NAME = re.compile(r"%(" + SIGIL_NAME + r")|([A-Za-z_][\w.\-]*)", re.A)
 WORD = re.compile(r"[A-Za-z_][\w.\-]*", re.A)
 TYPE_WORD = re.compile(r"([A-Za-z][A-Za-z0-9]*)[ \t]*\[", re.A)
 UINT = re.compile(r"\d+", re.A)
-ELEMENT_SIZE = re.compile(r":\s*E\((\d+)\)\s*(?=})", re.A)
+# One piece of a layout after its ':': `T(8,128)(4,1)`, `S(5)`, `E(4)`, `L(2)`, `*`.
+# An instruction written in an operand's place: `parameter(0)`, `constant(1)`.
+INLINE_OPCODE = re.compile(r"([a-z][a-z\-]*)[ \t]*\(", re.A)
+LAYOUT_DETAIL = re.compile(r"[A-Za-z#*]+(?:\s*\([^()]*\))*", re.A)
 INT = re.compile(r"[-+]?\d+", re.A)
 STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 SCALAR = re.compile(r"-?(?:nan(?:\(0x[0-9a-fA-F]+\))?|inf)(?![\w.])|true(?![\w.])|false(?![\w.])"

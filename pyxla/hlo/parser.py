@@ -22,12 +22,9 @@ offending token; no other exception escapes, whatever the input.
 """
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
-
-import numpy as np
 
 from ..errors import ParseError
 from .attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim, attribute_kind
@@ -37,11 +34,10 @@ from .lexer import (
     BOOL,
     DIM_LABELS,
     DXD,
-    ELEMENT_SIZE,
-    ELIDED,
-    INT,
+    INLINE_OPCODE,
     INT64_MAX,
     INT64_MIN,
+    LAYOUT_DETAIL,
     MODULE_NAME,
     PADDING,
     SCALAR,
@@ -49,15 +45,14 @@ from .lexer import (
     UINT,
     WINDOW_PAD,
     WORD,
-    WS,
-    Lexer,
     parse_int,
     skip_whitespace,
 )
+from .literal_reader import MAX_NESTING, LiteralReader
 from .module import HloModule
-from .printer import FLOAT_FORMATS
+from .parse_scoping import OMITTED_SHAPE, infer_omitted_shapes, name_inline_computations, scope_instruction_names
 from .shape import ArrayShape, Shape, TokenShape, TupleShape, default_layout
-from .types import ELEMENT_TYPES, ElementType, FloatFormat, integer_limits
+from .types import ELEMENT_TYPES, ElementType
 
 # Every opcode of XLA's HloOpcode list (xla/hlo/ir/hlo_opcode.h). The parser accepts these
 # and whatever the registry knows; whether pyxla can run an opcode is the verifier's and
@@ -88,9 +83,6 @@ s1 u1 c64 c128 f8e8m0fnu opaque
 
 _STACK_FRAME_SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
-_MAX_NESTING = 64             # tuple shapes / tuple literals: no unbounded recursion
-_MAX_CONSTANT_RANK = 32
-_MAX_ELIDED_ELEMENTS = 1 << 24  # `constant({...})` is filled with zeros; refuse absurd sizes
 
 T = TypeVar("T")
 
@@ -126,12 +118,15 @@ class _ComputationScope:
         self.control_refs: list[tuple[str, int]] = []
 
 
-class _Parser(Lexer):
+class _Parser(LiteralReader):
     def __init__(self, text: str, source: str):
         super().__init__(text, source)
         # (instruction, attribute name, [(computation name, position)], single?) resolved
         # once every computation is read: calls may point forward.
         self.computation_refs: list[tuple[HloInstruction, str, list[tuple[str, int]], bool]] = []
+        self.inline_count = 0
+        self.inline_computations: list[HloComputation] = []   # `to_apply={...}`, for the module
+        self.omitted_shapes: list[tuple[HloInstruction, int]] = []   # (instruction, where its name is)
 
     # --- shapes -------------------------------------------------------------------------
     def looks_like_shape(self) -> bool:
@@ -142,8 +137,8 @@ class _Parser(Lexer):
         self.skip_ws()
         start = self.pos
         if self.accept("("):
-            if depth >= _MAX_NESTING:
-                raise self.error_at(start, f"tuple shape nests deeper than {_MAX_NESTING} levels")
+            if depth >= MAX_NESTING:
+                raise self.error_at(start, f"tuple shape nests deeper than {MAX_NESTING} levels")
             elements = []
             if not self.accept(")"):
                 while True:
@@ -195,29 +190,29 @@ class _Parser(Lexer):
     def layout(self, etype: ElementType, dims: tuple[int, ...]) -> tuple[int, ...] | None:
         """`{1,0}` after an array shape: minor_to_major, None when it is the default.
 
-        A '{' is a layout only if a digit or '}' follows; otherwise it opens something else
-        (the body after a computation signature's result shape). A 2- or 4-bit type's
-        element size, `{0:E(4)}` (XLA packs such arrays), is accepted and dropped: pyxla's
-        arrays of those types hold one element per byte, as ml_dtypes' do.
+        A '{' is a layout only if a digit, ':' or '}' follows; otherwise it opens something
+        else (the body after a computation signature's result shape). What follows a ':'
+        (tiles `T(8,128)(4,1)`, a memory space `S(5)`, an element size `E(4)`, ...) says how
+        a device stores the array, not what it holds: it is read and dropped. (pyxla's
+        arrays of 2- and 4-bit types hold one element per byte, as ml_dtypes' do.)
         """
         self.skip_ws()
         start = self.pos
         if not self.text.startswith("{", start):
             return None
         after = skip_whitespace(self.text, start + 1)
-        if after >= self.n or not (self.text[after].isdigit() or self.text[after] == "}"):
+        if after >= self.n or not (self.text[after].isdigit() or self.text[after] in "}:"):
             return None
         self.pos = start + 1
         order: list[int] = []
         if not self.accept("}"):
-            while True:
+            while self.peek() != ":":
                 order.append(self.integer("a layout dimension", 0, INT64_MAX))
-                if self.accept(","):
-                    continue
-                if self.peek() == ":":
-                    self.element_size(etype)
-                self.expect("}", "to close the layout")
-                break
+                if not self.accept(","):
+                    break
+            if self.accept(":"):
+                self.layout_details()
+            self.expect("}", "to close the layout")
         if sorted(order) != list(range(len(dims))):
             shape_text = f"{etype.name}[{','.join(map(str, dims))}]"
             raise self.error_at(start, f"layout {{{','.join(map(str, order))}}} is not a permutation "
@@ -225,14 +220,13 @@ class _Parser(Lexer):
         order_t = tuple(order)
         return None if order_t == default_layout(len(dims)) else order_t
 
-    def element_size(self, etype: ElementType) -> None:
-        """`:E(bits)` in a layout, only as the element size of a sub-byte type."""
-        start = self.pos
-        m = ELEMENT_SIZE.match(self.text, self.pos)
-        if m is None or etype.bits >= 8 or int(m.group(1)) != etype.bits:
-            raise self.error_at(start, "layout tiling and memory spaces (':' in a layout) are not supported "
-                                       "(only E(<bits>) of a 2- or 4-bit type)")
-        self.pos = m.end()
+    def layout_details(self) -> None:
+        """The part of a layout after ':': letters, each with parenthesised arguments
+        (`T(8,128)(4,1)S(5)`), up to the closing '}'."""
+        while self.peek() not in ("}", ""):
+            m = self.match(LAYOUT_DETAIL)
+            if not m:
+                raise self.expected("a layout detail such as T(8,128), S(1) or E(4), or '}'")
 
     # --- module -------------------------------------------------------------------------
     def module(self) -> HloModule:
@@ -243,6 +237,7 @@ class _Parser(Lexer):
         if not m:
             raise self.expected("a module name after 'HloModule'")
         module = HloModule(m.group(1))
+        self.accept(":")   # the old header, `HloModule name:`
         while self.accept(","):
             key, key_pos = self.attribute_name()
             if key in module.header_attrs:
@@ -259,12 +254,17 @@ class _Parser(Lexer):
                                                    f"(the first is '{module.entry.name}')")
                 module.entry = comp
             computations[comp.name] = comp
+            module.computations.extend(self.inline_computations)   # callees before their caller
+            self.inline_computations.clear()
             module.computations.append(comp)
         if not module.computations:
             raise self.error_at(self.n, "expected a computation, found end of input")
-        if module.entry is None:
-            raise self.error_at(self.n, "no ENTRY computation: mark one computation with 'ENTRY'")
+        if module.entry is None:   # as XLA's parser: without 'ENTRY', the last computation
+            module.entry = module.computations[-1]
         self.resolve_computation_refs(computations)
+        name_inline_computations(module, set(computations))
+        infer_omitted_shapes(module, self.omitted_shapes, self.error_at)
+        scope_instruction_names(module)
         return module
 
     def attribute_name(self) -> tuple[str, int]:
@@ -306,6 +306,10 @@ class _Parser(Lexer):
             raise self.error_at(name_pos, f"duplicate computation name '{name}'")
         if self.peek() == "(":
             self.signature()
+        return self.computation_body(name), is_entry, entry_pos
+
+    def computation_body(self, name: str) -> HloComputation:
+        """`{ instruction+ }`: its names are scoped to it, as XLA scopes them."""
         self.expect("{", f"to start the body of computation '{name}'")
         comp = HloComputation(name)
         scope = _ComputationScope(comp)
@@ -319,7 +323,7 @@ class _Parser(Lexer):
         for ref, pos in scope.control_refs:
             if ref not in scope.by_name:
                 raise self.error_at(pos, f"undefined control predecessor '{ref}' in computation '{name}'")
-        return comp, is_entry, entry_pos
+        return comp
 
     def signature(self) -> None:
         """`(p: f32[2], q: s32[]) -> f32[2]`: checked for syntax, otherwise redundant."""
@@ -352,26 +356,38 @@ class _Parser(Lexer):
             raise self.expected(f"'=' after instruction name '{name}' (or a '}}' to close "
                                 f"computation '{scope.comp.name}')")
         self.expect("=", f"after instruction name '{name}'")
-        shape = self.shape(f"a shape for instruction '{name}'")
-        self.skip_ws()
-        opcode_pos = self.pos
-        m = self.match(WORD)
-        if not m:
-            raise self.expected(f"an opcode for instruction '{name}'")
-        opcode = m.group()
-        if not known_opcode(opcode):
-            raise self.error_at(opcode_pos, f"unknown opcode '{opcode}'")
-        self.expect("(", f"after opcode '{opcode}'")
-        instr = HloInstruction(name, opcode, shape)
-        self.operand_list(instr, scope)
+        instr = self.instruction_after_name(name, name_pos, scope)
         self.attributes(instr, scope)
-        scope.by_name[name] = instr
-        scope.comp.add_instruction(instr)
         if is_root:
             if scope.root is not None:
                 raise self.error_at(root_pos, f"second ROOT in computation '{scope.comp.name}' "
                                               f"(the first is '{scope.root.name}')")
             scope.root = instr
+
+    def instruction_after_name(self, name: str, name_pos: int, scope: _ComputationScope) -> HloInstruction:
+        """`shape? opcode(operands)`, added to the computation. A shape left out (XLA infers
+        it) is inferred once the whole module is read: a call's shape is its callee's."""
+        shape: Shape | None = self.shape(f"a shape for instruction '{name}'") if self.looks_like_shape() else None
+        self.skip_ws()
+        opcode_pos = self.pos
+        m = self.match(WORD)
+        if not m:
+            raise self.expected(f"an opcode for instruction '{name}'" if shape is not None
+                                else f"a shape or an opcode for instruction '{name}'")
+        opcode = m.group()
+        if not known_opcode(opcode):
+            raise self.error_at(opcode_pos, f"unknown opcode '{opcode}'")
+        if shape is None and opcode in ("parameter", "constant"):
+            raise self.error_at(opcode_pos, f"expected a shape for instruction '{name}', found '{opcode}' "
+                                            f"(a {opcode}'s shape cannot be inferred)")
+        self.expect("(", f"after opcode '{opcode}'")
+        instr = HloInstruction(name, opcode, shape if shape is not None else OMITTED_SHAPE)
+        if shape is None:
+            self.omitted_shapes.append((instr, name_pos))
+        self.operand_list(instr, scope)
+        scope.by_name[name] = instr
+        scope.comp.add_instruction(instr)
+        return instr
 
     def operand_list(self, instr: HloInstruction, scope: _ComputationScope) -> None:
         """What stands between the parentheses: a parameter's number, a constant's literal or
@@ -400,18 +416,32 @@ class _Parser(Lexer):
             self.skip_ws()
             start = self.pos
             declared = self.shape("an operand shape") if self.looks_like_shape() else None
-            name, name_pos = self.name("an operand name")
-            operand = scope.by_name.get(name)
-            if operand is None:
-                raise self.error_at(name_pos, f"undefined operand '{name}'")
-            if declared is not None and not declared.compatible(operand.shape):
-                raise self.error_at(start, f"operand '{name}' is written as {declared.to_text(False)} "
-                                           f"but its shape is {operand.shape.to_text(False)}")
+            operand = self.operand(scope, declared, start)
             operands.append(operand)
             if self.accept(","):
                 continue
             self.expect(")", "after the operands")
             return operands
+
+    def operand(self, scope: _ComputationScope, declared: Shape | None, start: int) -> HloInstruction:
+        """An operand's name, or an instruction written in its place (`add(s32[] parameter(0),
+        s32[] constant(1))`), which becomes an instruction of its own before its user."""
+        self.skip_ws()
+        m = INLINE_OPCODE.match(self.text, self.pos)
+        if m and known_opcode(m.group(1)):
+            self.inline_count += 1
+            inline_name = f"{m.group(1)}.inline{self.inline_count}"
+            if declared is not None:   # the shape written belongs to the inline instruction
+                self.pos = start
+            return self.instruction_after_name(inline_name, self.pos, scope)
+        name, name_pos = self.name("an operand name")
+        operand = scope.by_name.get(name)
+        if operand is None:
+            raise self.error_at(name_pos, f"undefined operand '{name}'")
+        if declared is not None and operand.shape is not OMITTED_SHAPE and not declared.compatible(operand.shape):
+            raise self.error_at(start, f"operand '{name}' is written as {declared.to_text(False)} "
+                                       f"but its shape is {operand.shape.to_text(False)}")
+        return operand
 
     def attributes(self, instr: HloInstruction, scope: _ComputationScope) -> None:
         while self.accept(","):
@@ -440,6 +470,16 @@ class _Parser(Lexer):
             return m.group()
         if kind == "string":
             return self.string(f'a quoted string for attribute \'{name}\'')
+        if kind == "float":
+            self.skip_ws()
+            m = self.match(SCALAR)
+            if not m or m.group() in ("true", "false"):
+                raise self.expected(f"a number for attribute '{name}'")
+            return float(m.group())
+        if kind == "computation" and self.peek() == "{":   # a computation written in place
+            comp = self.computation_body(f"{instr.name}.{name}")
+            self.inline_computations.append(comp)
+            return comp
         if kind == "computation":
             ref = self.name(f"a computation name for attribute '{name}'")
             self.computation_refs.append((instr, name, [ref], True))
@@ -601,113 +641,6 @@ class _Parser(Lexer):
                 out[key] = self.integer(f"a value for metadata field '{key}'")
         return out
 
-    # --- literals -----------------------------------------------------------------------
-    def literal(self, shape: Shape, depth: int = 0) -> Any:
-        self.skip_ws()
-        if isinstance(shape, TupleShape):
-            if ELIDED.match(self.text, self.pos):   # XLA elides tuple literals
-                start = self.pos
-                self.pos = self.text.index("}", start) + 1
-                return self.elided(shape, start)
-            if depth >= _MAX_NESTING:
-                raise self.error(f"tuple literal nests deeper than {_MAX_NESTING} levels")
-            self.expect("(", f"to start the tuple literal of {shape.to_text(False)}")
-            values = []
-            for i, element in enumerate(shape.elements):
-                if i:
-                    self.expect(",", "between tuple literal elements")
-                values.append(self.literal(element, depth + 1))
-            self.expect(")", f"to close the tuple literal of {shape.to_text(False)}")
-            return tuple(values)
-        if not isinstance(shape, ArrayShape):
-            raise self.error(f"a constant cannot have shape {shape.to_text(False)}")
-        if shape.rank == 0:
-            start = self.pos
-            m = self.match(SCALAR)
-            if not m:
-                raise self.expected(f"a scalar literal of type {shape.dtype.name}")
-            return _elements_to_array(self, [m.group()], [start], shape.dtype).reshape(())
-        if shape.rank > _MAX_CONSTANT_RANK:
-            raise self.error(f"constants of rank {shape.rank} are not supported "
-                             f"(at most {_MAX_CONSTANT_RANK})")
-        return self.array_literal(shape)
-
-    def array_literal(self, shape: ArrayShape) -> np.ndarray:
-        """Nested braces, one level per dimension; `{...}` (an elided literal) gives zeros."""
-        text, dims, rank = self.text, shape.dims, shape.rank
-        shape_text = shape.to_text(False)
-        self.skip_ws()
-        if not text.startswith("{", self.pos):
-            raise self.expected(f"'{{' to start the literal of {shape_text}")
-        self.pos += 1
-        if self.accept("..."):
-            self.expect("}", "after '{...'")
-            return self.elided(shape, self.pos - 1)
-        counts = [0] * rank
-        surplus_at: list[int | None] = [None] * rank
-        level = 1                 # how many '{' are open
-        after_item = False        # the last thing read in this list was an element
-        tokens: list[str] = []
-        positions: list[int] = []
-        ws = WS
-        while True:
-            ws_end = ws.match(text, self.pos)
-            assert ws_end is not None   # WS matches the empty string
-            pos = ws_end.end()
-            self.pos = pos
-            c = text[pos] if pos < self.n else ""
-            if c == "}":
-                d = level - 1
-                if not after_item and counts[d]:
-                    raise self.error_at(pos, "expected a literal element after ','")
-                if counts[d] != dims[d]:
-                    surplus = surplus_at[d]
-                    where = surplus if surplus is not None else pos
-                    raise self.error_at(where, _count_message(counts[d], d, dims, shape_text))
-                self.pos = pos + 1
-                level -= 1
-                if level == 0:
-                    break
-                after_item = True
-                continue
-            if after_item:
-                if c != ",":
-                    raise self.expected(f"',' or '}}' in the literal of {shape_text}")
-                self.pos = pos + 1
-                after_item = False
-                continue
-            d = level - 1
-            counts[d] += 1
-            if counts[d] == dims[d] + 1:
-                surplus_at[d] = pos
-            if level < rank:
-                if c != "{":
-                    raise self.expected(f"'{{' for dimension {level} of {shape_text}")
-                level += 1
-                counts[level - 1] = 0
-                self.pos = pos + 1
-                continue
-            if c == "{":
-                raise self.error_at(pos, f"literal nests deeper than the rank of {shape_text}")
-            m = SCALAR.match(text, pos)
-            if not m:
-                raise self.expected(f"a literal element of type {shape.dtype.name}")
-            tokens.append(m.group())
-            positions.append(pos)
-            self.pos = m.end()
-            after_item = True
-        return _elements_to_array(self, tokens, positions, shape.dtype).reshape(dims)
-
-    def elided(self, shape: Shape, pos: int) -> Any:
-        """The value of an elided literal `{...}`: zeros, as XLA's parser leaves it."""
-        if isinstance(shape, TupleShape):
-            return tuple(self.elided(e, pos) for e in shape.elements)
-        if not isinstance(shape, ArrayShape):
-            raise self.error_at(pos, f"a constant cannot have shape {shape.to_text(False)}")
-        if shape.size > _MAX_ELIDED_ELEMENTS or shape.rank > _MAX_CONSTANT_RANK:
-            raise self.error_at(pos, f"elided constant of {shape.to_text(False)} is too large to fill")
-        return np.zeros(shape.dims, dtype=shape.dtype.np_dtype)
-
     # --- name resolution ----------------------------------------------------------------
     def resolve_computation_refs(self, computations: dict[str, HloComputation]) -> None:
         for instr, attr, refs, single in self.computation_refs:
@@ -720,104 +653,3 @@ class _Parser(Lexer):
             instr.attrs[attr] = resolved[0] if single else tuple(resolved)
             if instr.opcode == "fusion" and attr == "calls":
                 resolved[0].is_fusion_computation = True
-
-
-def _count_message(count: int, d: int, dims: tuple[int, ...], shape_text: str) -> str:
-    noun = "element" if count == 1 else "elements"
-    if len(dims) == 1:
-        return f"literal has {count} {noun}, shape {shape_text} needs {dims[0]}"
-    return f"literal has {count} {noun} in dimension {d}, shape {shape_text} needs {dims[d]}"
-
-
-def _elements_to_array(parser: _Parser, tokens: list[str], positions: list[int],
-                       etype: ElementType) -> np.ndarray:
-    """Literal element texts as a 1-D array of `etype`'s storage dtype; a value that does not
-    fit the type is a ParseError at that element."""
-    if etype.kind == "pred":
-        values: list[bool] = []
-        for tok, pos in zip(tokens, positions):
-            if tok in ("true", "1"):
-                values.append(True)
-            elif tok in ("false", "0"):
-                values.append(False)
-            else:
-                raise parser.error_at(pos, f"a pred literal element is true, false, 1 or 0, found '{tok}'")
-        return np.array(values, dtype=np.bool_)
-    if etype.is_integral:
-        least, greatest = integer_limits(etype)
-        ints: list[int] = []
-        for tok, pos in zip(tokens, positions):
-            if not INT.fullmatch(tok):
-                raise parser.error_at(pos, f"expected an integer for a {etype.name} literal, found '{tok}'")
-            v = parse_int(tok)
-            if not least <= v <= greatest:
-                raise parser.error_at(pos, f"value {v} is out of range for {etype.name} "
-                                           f"[{least}, {greatest}]")
-            ints.append(v)
-        return np.array(ints, dtype=np.int64 if etype.bits < 8 else etype.np_dtype).astype(etype.np_dtype)
-    return _floats_to_array(parser, tokens, positions, etype)
-
-
-def _floats_to_array(parser: _Parser, tokens, positions, etype: ElementType) -> np.ndarray:
-    """Decimal -> double -> the target type, as XLA's parser rounds (types narrower than f32
-    via f32). A finite value that rounds past the type's largest value is out of range.
-
-    NaNs get their exact bits: sign, all-ones exponent, and the payload written as
-    `nan(0x..)` or, by default, the quiet bit alone. The fn and fnuz types have no payloads
-    (f8e4m3fn has a NaN of each sign, the fnuz types one NaN).
-    """
-    fmt = FLOAT_FORMATS[etype.name]
-    doubles = []
-    nans: list[tuple[int, bool, int]] = []   # (index, negative, payload)
-    for i, (tok, pos) in enumerate(zip(tokens, positions)):
-        if tok in ("true", "false"):
-            raise parser.error_at(pos, f"expected a number for a {etype.name} literal, found '{tok}'")
-        if "nan" in tok:
-            negative = tok.startswith("-")
-            payload = fmt.quiet_nan_payload
-            if "(" in tok:
-                if not fmt.nan_payloads:
-                    raise parser.error_at(pos, f"{etype.name} has no NaN payloads, found '{tok}'")
-                payload = int(tok[tok.index("(") + 3:-1], 16)
-                if not 0 < payload < (1 << fmt.mantissa_bits):
-                    raise parser.error_at(pos, f"NaN payload {payload:#x} does not fit the "
-                                               f"{fmt.mantissa_bits} mantissa bits of {etype.name}")
-            nans.append((i, negative, payload))
-            doubles.append(-math.nan if negative else math.nan)
-        else:
-            value = float(tok)
-            if math.isinf(value) and "inf" not in tok:
-                raise parser.error_at(pos, f"value {tok} is out of range for {etype.name}")
-            doubles.append(value)
-    with np.errstate(over="ignore", invalid="ignore"):
-        wide = np.array(doubles, dtype=np.float64)
-        arr = wide if etype.name == "f64" else wide.astype(np.float32)
-        if etype.bits < 32:
-            arr = arr.astype(etype.np_dtype)
-        # (inf for IEEE types, NaN for the fn/fnuz ones; f4e2m1fn saturates instead)
-        overflow = ~np.isfinite(arr.astype(np.float64)) & np.isfinite(wide)
-        if _float_format(etype).nan == "none":
-            overflow |= np.abs(wide.astype(np.float32)) >= _saturation_threshold(etype)
-    if overflow.any():
-        i = int(np.argmax(overflow))
-        raise parser.error_at(positions[i], f"value {tokens[i]} is out of range for {etype.name}")
-    if nans and fmt.nan_payloads:
-        bits = arr.view(fmt.uint_dtype)
-        for i, negative, payload in nans:
-            bits[i] = fmt.nan_bits(negative, payload)
-    return arr
-
-
-def _saturation_threshold(etype: ElementType) -> float:
-    """For a type without inf or NaN: the least magnitude that rounds past its largest value
-    (the largest value plus half its ulp; its mantissa is all ones, so the tie rounds up)."""
-    fmt = _float_format(etype)
-    largest, below = np.array([fmt.max_finite_bits, fmt.max_finite_bits - 1], np.uint8).view(etype.np_dtype)
-    return float(largest) + (float(largest) - float(below)) / 2
-
-
-def _float_format(etype: ElementType) -> FloatFormat:
-    """The bit layout of float type `etype`."""
-    fmt = etype.float_format
-    assert fmt is not None, f"{etype.name} is not a float type"
-    return fmt

@@ -55,7 +55,6 @@ CASES = [
     ("bad pred", module("  ROOT c = pred[2] constant({1, 2})"), 9, 33, "a pred literal element is true, false, 1 or 0"),
     ("nan payload too wide", module("  ROOT c = bf16[] constant(nan(0x80))"), 9, 28,
      "NaN payload 0x80 does not fit the 7 mantissa bits of bf16"),
-    ("no ENTRY", "HloModule m\n\n" + ADD, 7, 2, "no ENTRY computation"),
     ("two ENTRYs", module("  ROOT x = f32[] parameter(0)") + "ENTRY other {\n  ROOT y = f32[] parameter(0)\n}\n",
      11, 1, "second ENTRY computation 'other'"),
     ("missing header", ADD, 1, 1, "expected 'HloModule' at the start of the module, found 'add'"),
