@@ -112,3 +112,22 @@ def test_each_model_runs_on_both_frameworks_back_to_back(tmp_path, monkeypatch):
     pyxla = next(r for r in runs if r["framework"] == "pyxla")
     assert pyxla["results"]["resnet50"]["times_s"] == [1.0, 6.0]
     assert json.loads((tmp_path / "pyxla-onnx-models.json").read_text())["rounds"] == 2
+
+
+@pytest.mark.parametrize("name", ["mlp_train", "cnn_train"])
+def test_hand_written_backward_passes_match_autodiff(name):
+    """The float64 references of the training workloads (forward and backward written out in
+    NumPy) against pyxla.value_and_grad of the same loss on the reference interpreter."""
+    import numpy as np
+
+    import pyxla
+    from benchmarks.frameworks import pyxla_impl
+    from benchmarks.workloads import BY_NAME
+    ins = [a.astype(np.float64) for a in BY_NAME[name].make_inputs(np.random.default_rng(), 0.125)]
+    want = BY_NAME[name].reference(*ins)
+    loss, keys = ((pyxla_impl.mlp_loss, pyxla_impl.PARAMS) if name == "mlp_train"
+                  else (pyxla_impl.cnn_loss, pyxla_impl.CNN_PARAMS))
+    value, grads = pyxla.jit(pyxla.value_and_grad(loss), backend="interpreter")(dict(zip(keys, ins[1:5])), ins[0],
+                                                                                 ins[5])
+    for got, ref in zip((value, *(grads[k] for k in keys)), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)

@@ -51,7 +51,7 @@ FUNCTIONS = {
 PARAMS = ("w1", "b1", "w2", "b2")
 
 
-def _mlp_loss(params, x, labels):
+def mlp_loss(params, x, labels):
     h = pnp.tanh(x @ params["w1"] + params["b1"])
     logits = h @ params["w2"] + params["b2"]
     return -pnp.mean(pnp.sum(labels * nn.log_softmax(logits, axis=-1), axis=-1))
@@ -60,7 +60,7 @@ def _mlp_loss(params, x, labels):
 def _build_mlp_train(ins):
     x, w1, b1, w2, b2, labels = ins
     params = dict(zip(PARAMS, (w1, b1, w2, b2)))
-    step = pyxla.jit(pyxla.value_and_grad(_mlp_loss), backend="cpu")
+    step = pyxla.jit(pyxla.value_and_grad(mlp_loss), backend="cpu")
 
     def run():
         loss, grads = step(params, x, labels)
@@ -71,7 +71,7 @@ def _build_mlp_train(ins):
 CNN_PARAMS = ("w", "b", "wd", "bd")
 
 
-def _cnn_loss(params, x, labels):
+def cnn_loss(params, x, labels):
     pooled = _cnn(x, params["w"], params["b"])
     logits = pnp.reshape(pooled, (pooled.shape[0], -1)) @ params["wd"] + params["bd"]
     return -pnp.mean(pnp.sum(labels * nn.log_softmax(logits, axis=-1), axis=-1))
@@ -80,7 +80,7 @@ def _cnn_loss(params, x, labels):
 def _build_cnn_train(ins):
     x, w, b, wd, bd, labels = ins
     params = dict(zip(CNN_PARAMS, (w, b, wd, bd)))
-    step = pyxla.jit(pyxla.value_and_grad(_cnn_loss), backend="cpu")
+    step = pyxla.jit(pyxla.value_and_grad(cnn_loss), backend="cpu")
 
     def run():
         loss, grads = step(params, x, labels)
