@@ -358,7 +358,9 @@ def convert(e: ElementalEmitter, x, src: ElementType, dst: ElementType):
         if sty == dty:
             # f32 -> narrower float rounding happens on store; the way back is exact
             return x
-        if dst.name == "f16":   # XLA rounds f64 -> f16 once; bf16 and the 8-bit floats through f32
+        if dst.name == "f16" or dst.bits < 16:
+            # f64 -> f16 and the 8- and 4-bit floats round once (XLA does for the latter, as
+            # ml_dtypes' scalar conversion does); bf16 rounds through f32, as XLA does
             return f64_to_f32_round_to_odd(e, x)
         return b.fpext(x, dty) if dty == F64 else b.fptrunc(x, dty)
     if src.is_float:
@@ -377,10 +379,10 @@ def convert(e: ElementalEmitter, x, src: ElementType, dst: ElementType):
 
 def f64_to_f32_round_to_odd(e: ElementalEmitter, x: ir.Value) -> ir.Value:
     """An f64 as f32 rounded to odd (toward zero, then the last bit set when inexact), for an
-    f16 result, which is computed in f32 and rounded on store: rounding to nearest f32 here
-    and again to f16 would round twice (a value just off an f16 midpoint lands on it, then
-    goes to even). Rounding to odd keeps the f32's extra bits honest, so the store's one
-    rounding to nearest even is the f64's own (f32 has 13 bits more than f16). NaN and values
+    f16, 8- or 4-bit float result, which is computed in f32 and rounded on store: rounding to
+    nearest f32 here and again on store would round twice (a value just off a midpoint lands
+    on it, then goes to even). Rounding to odd keeps the f32's extra bits honest, so the
+    store's one rounding to nearest even is the f64's own (f32 has 13 bits more than f16). NaN and values
     f32 holds exactly are kept; an overflow becomes f32's largest odd value, which the store
     rounds to infinity as the f64 would."""
     b = e.b

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import BF16, F32, ElementType, from_numpy_dtype, integer_limits
+from ..types import BF16, F32, F64, ElementType, from_numpy_dtype, integer_limits
 
 _TINY = {np.dtype(np.float32): np.finfo(np.float32).tiny, np.dtype(np.float64): np.finfo(np.float64).tiny}
 
@@ -123,17 +123,31 @@ def _float_to_float(x: np.ndarray, source: ElementType, target: ElementType) -> 
 
     The 8- and 4-bit floats convert through f32 too: to f32 exactly, from f32 with one
     rounding to nearest even (ml_dtypes; overflow -> inf where the type has one, NaN for the
-    fn/fnuz types, the largest finite value for f4e2m1fn), so f64 -> f8 rounds twice, as
-    ml_dtypes does."""
+    fn/fnuz types, the largest finite value for f4e2m1fn). From f64 they round once, as XLA
+    and ml_dtypes' scalar conversion do: the f64 goes to f32 rounded to odd, which keeps
+    the one rounding to nearest even that follows exact (f32 has 2 bits more than enough)."""
     if source == BF16 or source.bits < 16:
         x, source = x.astype(np.float32), F32
         if target == F32:
             return x
     if target == BF16 or target.bits < 16:
-        if source != F32:
+        if source == F64 and target != BF16:
+            x = _f64_to_f32_round_to_odd(x)
+        elif source != F32:
             x = _hardware_float_cast(x, np.float32)
         return x.astype(target.np_dtype)
     return _hardware_float_cast(x, target.np_dtype)
+
+
+def _f64_to_f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """f64 values as f32 rounded toward zero, the last bit set when inexact (an overflow
+    becomes f32's largest value, which is odd); NaN and exact values unchanged."""
+    nearest = x.astype(np.float32)
+    back = nearest.astype(np.float64)
+    bits = nearest.view(np.uint32)
+    toward_zero = np.where(np.abs(back) > np.abs(x), bits - np.uint32(1), bits)
+    inexact = (back != x) & np.isfinite(x)
+    return np.where(inexact, toward_zero | np.uint32(1), toward_zero).view(np.float32)
 
 
 def _float_to_int_saturating(x: np.ndarray, target: ElementType) -> np.ndarray:

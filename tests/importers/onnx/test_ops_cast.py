@@ -10,9 +10,10 @@ or negative to an unsigned type). What it defines is: RNE rounding between float
 Subnormal f32/f64 values (bf16's too, which share f32's exponent) are left out: the CPU
 backend flushes them to zero in arithmetic and conversions, as XLA's CPU backend does (see
 the README's Semantics). f16's and the 8-bit floats' subnormals are normal numbers in f32
-and are tested. ml_dtypes converts f64 to bf16 and to the 8-bit floats through f32 (twice
-rounded), as pyxla does; f64 inputs to them are random rather than placed next to the
-target's rounding midpoints, so that neither way of rounding is pinned there.
+and are tested. ml_dtypes' array cast converts f64 to bf16 and to the 8-bit floats through
+f32 (twice rounded), while pyxla rounds f64 to the 8-bit floats once (as XLA does); f64
+inputs to them are random rather than placed next to the target's rounding midpoints, so
+that neither way of rounding is pinned there.
 """
 from __future__ import annotations
 
