@@ -12,7 +12,10 @@
 __version__ = "0.1.0"
 
 from . import (
+    lax,  # noqa: F401
+    nn,  # noqa: F401
     numpy,  # noqa: F401  (installs Tracer's operators and ndarray methods, and Array.at)
+    optimizers,  # noqa: F401
     random,  # noqa: F401  (JAX's key-based random numbers)
 )
 from .autodiff import float0, grad, jvp, linearize, value_and_grad, vjp  # noqa: F401
@@ -49,3 +52,8 @@ def __getattr__(name: str):
         import importlib
         return importlib.import_module(".onnx", __name__)
     raise AttributeError(f"module 'pyxla' has no attribute {name!r}")
+
+
+def __dir__():
+    # the lazy submodule too, so that completion offers pyxla.onnx before its first use
+    return sorted({*globals(), "onnx"})
