@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 import pyxla
 from pyxla import optimizers, random
@@ -79,8 +78,6 @@ def test_training_step_memory_is_bounded():
     assert memory["temp_size_in_bytes"] < 0.7 * memory["temp_bytes_without_reuse"], memory
 
 
-@pytest.mark.xfail(strict=True, reason="CPU backend bug: the weight-gradient convolution (dim_labels f01b_i01o->01bf) "
-                   "of conv2 (batch 64 as features, 8 channels as batch) is miscompiled; the interpreter is right")
 def test_cnn_gradients_on_cpu_match_the_interpreter():
     images, labels = train_cnn.make_dataset(random.PRNGKey(1), 64)
     params = train_cnn.init_params(random.PRNGKey(2))

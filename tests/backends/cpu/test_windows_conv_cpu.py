@@ -402,6 +402,24 @@ def test_nchw_input_staged_by_blocks(case, vector_bytes, rng, monkeypatch):
     assert staged == ["c"]
 
 
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+@pytest.mark.parametrize("labels", ["f01b_i01o->01bf", "f01b_01io->b01f", "fb01_01io->b01f"])
+def test_features_first_input_with_an_inner_batch(labels, vector_bytes, rng, monkeypatch):
+    """A weight gradient's convolution reads the activations as f01b (the images' batch
+    minor-most): features-first, but not NCHW images, so not staged by blocks, whose rows
+    would be read as if contiguous (the CNN's weight gradients were wrong at 8x8 maps with 8
+    or more images)."""
+    monkeypatch.setattr(host_jit(), "vector_bytes", vector_bytes)
+    staged = []
+    by_blocks = conv_tiles.TiledConvolution._stage_by_blocks
+    monkeypatch.setattr(conv_tiles.TiledConvolution, "_stage_by_blocks",
+                        lambda self, ptr: staged.append(self.conv.name) or by_blocks(self, ptr))
+    lhs, rhs, out = conv_shapes(labels, 5, 16, (16, 16), 8, "size=3x3 pad=1_1x1_1")
+    assert_cpu_matches_interpreter(conv_module("f32", lhs, rhs, out, "size=3x3 pad=1_1x1_1", labels), rng,
+                                   rtol=1e-5, atol=1e-3)
+    assert staged == []
+
+
 @pytest.mark.parametrize("case", [CONVS[2], CONVS[6], CONVS[8]], ids=["plain", "groups", "batch_groups"])
 def test_convolution_integers_and_bf16_use_loops(case, rng):
     labels, batch, features, spatial, out_features, window, fgc, bgc = case

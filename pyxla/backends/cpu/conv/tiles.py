@@ -259,9 +259,11 @@ class TiledConvolution(ConvolutionEmitter):
 
     def _images_by_blocks(self) -> bool:
         """Whether the input is staged by square blocks (_stage_by_blocks): NCHW images, at
-        least a vector's worth of features and of columns, no base dilation or cropping."""
+        least a vector's worth of features and of columns, no base dilation or cropping. The
+        batch must be the outermost dimension: a weight gradient's input (dim_labels f01b, the
+        images' batch minor-most) is features-first too, but its rows are not contiguous."""
         g, p, shape = self.g, self.p, self.lhs_shape
-        return len(g.window) == 2 and g.batch_groups == 1 and shape.is_row_major and \
+        return len(g.window) == 2 and g.batch_groups == 1 and shape.is_row_major and g.dn.input_batch == 0 and \
             features_first(shape.rank, g.dn.input_batch, g.dn.input_feature, g.dn.input_spatial) is True and \
             g.groups * g.input_features >= p.lanes and g.input_spatial[-1] >= p.lanes and \
             all(w.lhs_dilate == 1 and w.pad_low >= 0 and w.pad_high >= 0 for w in g.window)
