@@ -606,9 +606,13 @@ def _dot(e: ElementalEmitter, instr, index):
             li[dl] = ri[dr] = k[j]
         x = convert(e, e.value(lhs, tuple(li)), etype(lhs), out_t)
         y = convert(e, e.value(rhs, tuple(ri)), etype(rhs), out_t)
-        prod = b.fmul(x, y) if out_t.is_float else b.mul(x, y)
         cur = b.load(acc)
-        b.store(b.fadd(cur, prod) if out_t.is_float else b.add(cur, prod), acc)
+        if out_t.is_pred:   # i1 add is XOR: XLA's pred dot is an OR of ANDs
+            b.store(b.or_(cur, b.and_(x, y)), acc)
+        elif out_t.is_float:
+            b.store(b.fadd(cur, b.fmul(x, y)), acc)
+        else:
+            b.store(b.add(cur, b.mul(x, y)), acc)
 
     e.push_scope()
     for_range(b, [lhs.shape.dims[d] for d in lc], body)
