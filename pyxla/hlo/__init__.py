@@ -43,6 +43,14 @@ from .types import (
 )
 from .verifier import verify_module
 
+
+def parse_stablehlo(text: str, source: str = "<stablehlo>") -> HloModule:
+    """Parse StableHLO MLIR text (what JAX's `lower().as_text()` prints) into an HloModule.
+    The converter (pyxla/hlo/stablehlo) loads on first use."""
+    from .stablehlo import parse_stablehlo as parse
+    return parse(text, source)
+
+
 __all__ = [
     "ArrayShape", "BF16", "ConvDimensionNumbers", "ELEMENT_TYPES", "ElementType", "EvaluationError",
     "F16", "F32", "F4E2M1FN", "F64", "F8E3M4", "F8E4M3", "F8E4M3B11FNUZ", "F8E4M3FN", "F8E4M3FNUZ",
@@ -50,6 +58,7 @@ __all__ = [
     "PadDim", "ParseError", "S16", "S2", "S32", "S4", "S64", "S8", "Shape", "ShapeError", "SliceDim",
     "TokenShape", "TupleShape", "U16", "U2", "U32", "U4", "U64", "U8", "VerifierError", "WindowDim", "array",
     "element_type", "evaluate_computation", "evaluate_module", "flatten_result", "from_numpy_dtype",
-    "has_side_effects", "known_opcodes", "op_def", "parse_module", "print_module", "scalar", "scalar_computation",
+    "has_side_effects", "known_opcodes", "op_def", "parse_module", "parse_stablehlo", "print_module", "scalar",
+    "scalar_computation",
     "verify_module",
 ]
