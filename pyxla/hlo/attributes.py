@@ -200,6 +200,8 @@ ATTRIBUTE_KINDS: dict[str, str] = {
     "statistics": "raw",
     "origin": "raw",
     "result_accuracy": "raw",
+    "parameter_replication": "raw",
+    "is_composite": "bool",
 }
 
 # Attributes that describe an instruction without changing what it computes: CSE and
@@ -207,6 +209,8 @@ ATTRIBUTE_KINDS: dict[str, str] = {
 NON_SEMANTIC_ATTRIBUTES = frozenset({
     "metadata", "backend_config", "frontend_attributes", "sharding", "control-predecessors",
     "statistics", "origin", "operand_precision", "schedule", "result_accuracy",
+    "parameter_replication",   # which replicas hold the same value: pyxla runs one
+    "is_composite",            # a call that stands for a named op: still a call
 })
 
 COMPUTATION_ATTRIBUTES = tuple(n for n, k in ATTRIBUTE_KINDS.items() if k in ("computation", "computations"))

@@ -5,7 +5,7 @@ from .registry import REGISTRY, OpDef, has_side_effects, known_opcodes, op_def, 
 
 # Families in the order a reader meets them in XLA's operation semantics.
 OP_FILES = ("elementwise", "shape_ops", "indexing", "reduction", "dot_conv", "normalization", "sort", "rng",
-            "control")
+            "control", "single_device", "composite")
 
 for _name in OP_FILES:
     import_module(f"{__name__}.{_name}")

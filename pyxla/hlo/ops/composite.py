@@ -1,0 +1,117 @@
+"""Opcodes defined by an expansion into other opcodes, as XLA's own expanders define them.
+
+- map applies a scalar computation to every element: its expansion is that computation's
+  instructions over whole arrays (XLA's MapInliner), so it may hold elementwise operations
+  and constants only.
+- stochastic-convert rounds floats to signed integers up or down by comparing the
+  fraction with a random unsigned integer (XLA's StochasticConvertDecomposer, step for step).
+The evaluator evaluates the expansion (expansion.evaluate_expanded), so both backends share
+one definition.
+"""
+from __future__ import annotations
+
+from ...errors import ShapeError
+from ..expansion import Emitter, evaluate_expanded
+from ..shape import ArrayShape
+from ..types import F32
+from .registry import OpDef, op_def, register, require_declared
+from .shape_ops import expect_array
+
+# --- map ---------------------------------------------------------------------------------
+
+def _map_shape(operands, attrs, declared):
+    comp = attrs.get("to_apply")
+    if comp is None:
+        raise ShapeError("map needs the attribute to_apply=")
+    arrays = [expect_array("map", s, f"operand {i}") for i, s in enumerate(operands)]
+    if not arrays:
+        raise ShapeError("map takes at least one operand")
+    dims = arrays[0].dims
+    if any(a.dims != dims for a in arrays):
+        raise ShapeError("map operands must have the same dimensions, got "
+                         + ", ".join(a.to_text(False) for a in arrays))
+    if "dimensions" in attrs and tuple(attrs["dimensions"]) != tuple(range(len(dims))):
+        raise ShapeError(f"map's dimensions= must be every dimension in order, 0..{len(dims) - 1}")
+    params = comp.parameter_shapes()
+    if len(params) != len(arrays):
+        raise ShapeError(f"map's computation {comp.name} takes {len(params)} parameters, "
+                         f"given {len(arrays)} operands")
+    for i, (p, a) in enumerate(zip(params, arrays)):
+        if not (isinstance(p, ArrayShape) and p.rank == 0 and p.dtype == a.dtype):
+            raise ShapeError(f"map's computation {comp.name} parameter {i} is {p.to_text(False)}, "
+                             f"expected {a.dtype}[]")
+    result = comp.result_shape
+    if not (isinstance(result, ArrayShape) and result.rank == 0):
+        raise ShapeError(f"map's computation {comp.name} must return a scalar, returns {result.to_text(False)}")
+    return ArrayShape(result.dtype, dims)
+
+
+def _expand_map(instr, emit: Emitter):
+    comp = instr.attrs["to_apply"]
+    dims = instr.array_shape.dims
+    values: dict[int, object] = {}
+    for inner in comp.post_order():
+        if inner.opcode == "parameter":
+            values[id(inner)] = instr.operands[inner.parameter_number]
+        elif inner.opcode == "constant":
+            values[id(inner)] = emit.constant(inner.literal, ArrayShape(inner.array_shape.dtype, dims))
+        elif op_def(inner.opcode).fusion_kind == "elementwise" and not inner.called_computations():
+            operands = [values[id(op)] for op in inner.operands]
+            attrs = {k: v for k, v in inner.attrs.items() if k != "control-predecessors"}
+            values[id(inner)] = emit.op(inner.opcode, *operands,
+                                        shape=ArrayShape(inner.array_shape.dtype, dims), **attrs)
+        else:
+            raise NotImplementedError(f"map: the mapped computation {comp.name} holds {inner.opcode}; "
+                                      "only elementwise operations and constants can be mapped")
+    return values[id(comp.root)]
+
+
+register(OpDef("map", "opaque", _map_shape, evaluate_expanded, arity=(1, None),
+               required_attrs=("to_apply",), optional_attrs=("dimensions",),
+               doc="A scalar computation applied to every element of the operands.",
+               extra={"expand": _expand_map}))
+
+
+# --- stochastic-convert ------------------------------------------------------------------
+
+def _stochastic_convert_shape(operands, attrs, declared):
+    operand = expect_array("stochastic-convert", operands[0])
+    random = expect_array("stochastic-convert", operands[1], "random operand")
+    result = expect_array("stochastic-convert", require_declared("stochastic-convert", declared), "result")
+    if not operand.dtype.is_float:
+        raise ShapeError(f"stochastic-convert converts a float operand, got {operand.dtype}")
+    if not (random.dtype.is_unsigned and random.dtype.bits == operand.dtype.bits):
+        raise ShapeError(f"stochastic-convert's random operand must be an unsigned integer as wide as "
+                         f"{operand.dtype}, got {random.dtype}")
+    if random.dims != operand.dims or result.dims != operand.dims:
+        raise ShapeError("stochastic-convert's operands and result must have the same dimensions")
+    if not (result.dtype.is_integral and not result.dtype.is_unsigned):
+        raise ShapeError(f"stochastic-convert converts to a signed integer type (as XLA), got {result.dtype}")
+    return ArrayShape(result.dtype, operand.dims)
+
+
+def _expand_stochastic_convert(instr, emit: Emitter):
+    x, random = instr.operands
+    shape, to = x.array_shape, instr.array_shape.dtype
+    negative = emit.compare("LT", emit.unary("sign", x), emit.constant(0, shape))
+    magnitude = emit.unary("abs", x)
+    truncated = emit.unary("floor", magnitude)
+    fraction = emit.binary("subtract", magnitude, truncated)
+    if shape.dtype.name == "f16":   # 2^16 does not fit f16
+        fraction = emit.unary("convert", fraction, F32)
+    scale = emit.constant(2.0 ** random.array_shape.dtype.bits, fraction.array_shape)
+    fixed = emit.unary("convert", emit.binary("multiply", fraction, scale), random.array_shape.dtype)
+    round_up = emit.compare("LT", random, fixed)
+    rounded = emit.unary("convert", truncated, to)
+    rounded = emit.select(round_up, emit.binary("add", rounded, emit.constant(1, rounded.array_shape)), rounded)
+    result = emit.select(negative, emit.unary("negate", rounded), rounded)
+    least, greatest = -(1 << (to.bits - 1)), (1 << (to.bits - 1)) - 1
+    for direction, bound in (("LE", least), ("GE", greatest)):
+        beyond = emit.compare(direction, x, emit.constant(float(bound), shape))
+        result = emit.select(beyond, emit.constant(bound, result.array_shape), result)
+    return result
+
+
+register(OpDef("stochastic-convert", "elementwise", _stochastic_convert_shape, evaluate_expanded, arity=2,
+               doc="Float to signed integer, rounding up when the random operand is below the fraction.",
+               extra={"expand": _expand_stochastic_convert}))
