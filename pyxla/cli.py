@@ -1,8 +1,11 @@
 """The `pyxla` command: run, fmt and check HLO programs.
 
     pyxla run MODULE.hlo --inputs IN.npz [--out OUT.npz] [--backend cpu|interpreter] [--quiet]
-    pyxla fmt MODULE.hlo
-    pyxla check CORPUS_DIR [--backend NAME] [--level module|optimized|both]
+    pyxla fmt MODULE.hlo | pyxla fmt --to hlo MODULE.mlir
+    pyxla check CORPUS_DIR [--backend NAME] [--level module|optimized|stablehlo|both|all]
+
+Every MODULE may be XLA's HLO text or StableHLO MLIR text (a .mlir file, or text that
+starts with `module @` / `func.func`); StableHLO is converted to HLO on reading.
     pyxla opt MODULE.hlo [--passes p1,p2,...] | pyxla opt --list
     pyxla run-onnx MODEL.onnx --inputs IN.npz [--out OUT.npz] [--backend cpu|interpreter]
 
@@ -24,7 +27,6 @@ import numpy as np
 
 from .backends import available_backends, get_backend
 from .errors import PyxlaError
-from .hlo.parser import parse_module
 from .hlo.printer import print_module
 from .hlo.shape import ArrayShape
 from .hlo.verifier import verify_module
@@ -32,7 +34,11 @@ from .hlo.verifier import verify_module
 
 def _read_module(path: str):
     text = Path(path).read_text()
-    return parse_module(text, source=path)
+    if path.endswith(".mlir"):
+        from .hlo.stablehlo import parse_stablehlo
+        return parse_stablehlo(text, source=path)
+    from .hlo.stablehlo import parse_program
+    return parse_program(text, source=path)
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:
@@ -166,12 +172,14 @@ def cmd_opt(ns) -> int:
 
 def cmd_check(ns) -> int:
     from .conformance import case_dirs, load_case, run_case
+    from .hlo.stablehlo import parse_program
 
     backend = get_backend(ns.backend)
-    levels = ["module", "optimized"] if ns.level == "both" else [ns.level]
+    levels = {"both": ["module", "optimized"], "all": ["module", "optimized", "stablehlo"]}.get(
+        ns.level, [ns.level])
 
     def run(text, inputs):
-        return backend.compile(parse_module(text)).run_flat(inputs)
+        return backend.compile(parse_program(text)).run_flat(inputs)
 
     passed = failed = 0
     for d in case_dirs(ns.corpus):
@@ -207,8 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     runner("run-onnx", "import an ONNX model and run it", "model", "one array per model input, by name",
            "by output name", cmd_run_onnx)
 
-    fmt = sub.add_parser("fmt", help="print an HLO module in canonical text")
+    fmt = sub.add_parser("fmt", help="print an HLO module (or StableHLO converted to HLO) in canonical text")
     fmt.add_argument("module")
+    fmt.add_argument("--to", default="hlo", choices=["hlo"], help="the output format (HLO text)")
     fmt.set_defaults(func=cmd_fmt)
 
     opt = sub.add_parser("opt", help="optimise an HLO module and print it")
@@ -228,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="run a conformance corpus and compare with its outputs")
     check.add_argument("corpus")
     check.add_argument("--backend", default="cpu", choices=available_backends())
-    check.add_argument("--level", default="both", choices=["module", "optimized", "both"])
+    check.add_argument("--level", default="both", choices=["module", "optimized", "stablehlo", "both", "all"])
     check.set_defaults(func=cmd_check)
     return parser
 

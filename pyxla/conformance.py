@@ -1,7 +1,8 @@
 """The HLO conformance corpus: load a case, run it on a backend, compare with XLA's outputs.
 
-A case directory holds module.hlo, optimized.hlo, inputs.npz, expected.npz and
-meta.json (see the corpus README). bf16 arrays are stored as uint16 bit patterns.
+A case directory holds module.hlo, optimized.hlo, module.stablehlo.mlir, inputs.npz,
+expected.npz and meta.json (see the corpus README); the levels are the three programs.
+bf16 arrays are stored as uint16 bit patterns.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import ml_dtypes
 import numpy as np
 
 FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
-LEVELS = {"module": "module.hlo", "optimized": "optimized.hlo"}
+LEVELS = {"module": "module.hlo", "optimized": "optimized.hlo", "stablehlo": "module.stablehlo.mlir"}
 
 
 @dataclass

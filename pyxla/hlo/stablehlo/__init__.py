@@ -27,8 +27,16 @@ def looks_like_stablehlo(text: str) -> bool:
     return head.startswith(("module", "func.func", "#loc")) or "func.func" in head
 
 
+def parse_program(text: str, source: str = "<input>") -> HloModule:
+    """HLO text or StableHLO MLIR text, told apart by content, as an HloModule."""
+    if looks_like_stablehlo(text):
+        return parse_stablehlo(text, source)
+    from ..parser import parse_module
+    return parse_module(text, source)
+
+
 def supported_ops() -> list[str]:
     return sorted(HANDLERS)
 
 
-__all__ = ["looks_like_stablehlo", "parse_stablehlo", "supported_ops"]
+__all__ = ["looks_like_stablehlo", "parse_program", "parse_stablehlo", "supported_ops"]

@@ -9,21 +9,21 @@ import pytest
 
 from pyxla.backends import get_backend
 from pyxla.conformance import corpus_case_dirs, load_case, run_case
-from pyxla.hlo import parse_module
+from pyxla.hlo.stablehlo import parse_program
 
 CASES = corpus_case_dirs()
 
 REFUSED: set[tuple[str, str]] = set()   # every case compiles today
 
 
-@pytest.mark.parametrize("level", ["module", "optimized"])
+@pytest.mark.parametrize("level", ["module", "optimized", "stablehlo"])
 @pytest.mark.parametrize("case_dir", CASES, ids=[c.name for c in CASES])
 def test_case_on_cpu(case_dir, level):
     case = load_case(case_dir)
     backend = get_backend("cpu")
 
     def run(text, inputs):
-        return backend.compile(parse_module(text)).run_flat(inputs)
+        return backend.compile(parse_program(text)).run_flat(inputs)
 
     try:
         problems = run_case(case, level, run)
