@@ -141,7 +141,7 @@ class Emitter:
             results = handler(self, op, args)
         except ParseError:
             raise
-        except (PyxlaError, ValueError, KeyError, IndexError, TypeError) as e:
+        except (PyxlaError, ValueError, KeyError, IndexError, TypeError, AssertionError, AttributeError) as e:
             raise self.error(op, f"'{op.name}': {type(e).__name__}: {e}") from None
         for instr in self.b.computation.instructions[before:]:
             instr.attrs.setdefault("metadata", {"op_name": op.name, "source_file": self.cv.lexer.source,

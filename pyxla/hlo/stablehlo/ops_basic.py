@@ -195,5 +195,5 @@ def dynamic_update_slice(em: Emitter, op: Op, args: list[HloInstruction]) -> lis
 
 @handles("stablehlo.get_tuple_element")
 def get_tuple_element(em: Emitter, op: Op, args: list[HloInstruction]) -> list[HloInstruction]:
-    index = ints(op.attrs.get("index"))[0]
+    index = int(op.raw[0]) if op.raw else ints(op.attrs.get("index"))[0]   # pretty: %t[0]
     return [em.b.op("get-tuple-element", *args, shape=result_shape(em, op), index=index)]
