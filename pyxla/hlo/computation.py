@@ -90,7 +90,7 @@ class HloComputation:
                 if id(node) in done:
                     continue
                 stack.append((node, True))
-                preds = sorted(node.operands + _control_predecessors(node), key=lambda i: -position.get(id(i), 0))
+                preds = sorted(node.operands + control_predecessors(node), key=lambda i: -position.get(id(i), 0))
                 stack.extend((p, False) for p in preds if id(p) not in done)
         self.instructions = order
 
@@ -122,7 +122,7 @@ class HloComputation:
         over the result visits everything (dead code included).
         """
         starts = ([self.root] if self.root is not None else []) + list(self.instructions)
-        return operands_first(starts, lambda node: list(node.operands) + _control_predecessors(node))
+        return operands_first(starts, lambda node: list(node.operands) + control_predecessors(node))
 
     def program_shape_text(self) -> str:
         params = ", ".join(f"{p.name}: {p.shape.to_text(False)}" for p in self.parameters)
@@ -132,7 +132,7 @@ class HloComputation:
         return f"<HloComputation {self.name}: {len(self.instructions)} instructions>"
 
 
-def _control_predecessors(instr: HloInstruction) -> list[HloInstruction]:
+def control_predecessors(instr: HloInstruction) -> list[HloInstruction]:
     names = instr.attrs.get("control-predecessors") or ()
     if not names or instr.parent is None:
         return []

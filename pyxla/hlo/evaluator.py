@@ -12,7 +12,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import ArgumentError, EvaluationError, PyxlaError
-from .computation import HloComputation
+from .computation import HloComputation, control_predecessors, operands_first
 from .instruction import HloInstruction
 from .module import HloModule
 from .ops import op_def
@@ -35,7 +35,7 @@ def evaluate_computation(comp: HloComputation, args: Sequence[Any], ctx: EvalCon
     if len(args) != len(params):
         raise EvaluationError(f"computation {comp.name} takes {len(params)} arguments, got {len(args)}")
     values: dict[int, Any] = {}
-    for instr in comp.post_order():
+    for instr in _needed(comp):
         if instr.opcode == "parameter":
             values[id(instr)] = args[cast(int, instr.parameter_number)]
             continue
@@ -49,6 +49,14 @@ def evaluate_computation(comp: HloComputation, args: Sequence[Any], ctx: EvalCon
         except Exception as e:  # a bug or an unsupported case inside an op's rule
             raise EvaluationError(f"evaluating {instr.describe()} failed: {type(e).__name__}: {e}") from e
     return values[id(comp.root)]
+
+
+def _needed(comp: HloComputation) -> list[HloInstruction]:
+    """The instructions ROOT depends on and those with side effects, operands first: dead code
+    without effects cannot change the result, and need not run (a dead infinite loop)."""
+    from .ops import has_side_effects
+    starts = ([comp.root] if comp.root is not None else []) + [i for i in comp.instructions if has_side_effects(i)]
+    return operands_first(starts, lambda node: list(node.operands) + control_predecessors(node))
 
 
 def evaluate_module(module: HloModule, args: Sequence[Any]) -> Any:

@@ -15,7 +15,7 @@ from ..errors import ParseError, ShapeError
 from .computation import HloComputation
 from .instruction import HloInstruction
 from .module import HloModule
-from .shape import TupleShape
+from .shape import ArrayShape, TupleShape
 
 # The shape of an instruction whose text left it out, until it is inferred (compared by identity).
 OMITTED_SHAPE = TupleShape(())
@@ -37,23 +37,38 @@ def name_inline_computations(module: HloModule, top_level: set[str]) -> None:
 
 def infer_omitted_shapes(module: HloModule, omitted: list[tuple[HloInstruction, int]],
                          error_at: Callable[[int, str], ParseError]) -> None:
-    if not omitted:
-        return
-    from .ops import op_def  # the registry loads every op file: only when a shape is missing
+    """Each omitted shape from the opcode's shape rule; attributes XLA lets a scalar operand
+    leave out are filled in first."""
     where = {id(instr): pos for instr, pos in omitted}
     for comp in _callees_first(module):
         for instr in comp.instructions:
             if id(instr) not in where:
+                _fill_scalar_defaults(instr)
                 continue
             if any(op.shape is OMITTED_SHAPE for op in instr.operands):   # not defined before use
                 raise error_at(where[id(instr)], f"cannot infer the shape of '{instr.name}': "
                                                  "an operand's shape is not known yet")
+            _fill_scalar_defaults(instr)
             try:
+                from .ops import op_def  # the op files register themselves on first use
                 record = op_def(instr.opcode)
                 instr.shape = record.shape(instr.operand_shapes(), instr.attrs, None)
             except (ShapeError, NotImplementedError, KeyError, TypeError, ValueError) as e:
                 raise error_at(where[id(instr)], f"cannot infer the shape of '{instr.name}' "
                                                  f"({instr.opcode}): {e}; write it") from None
+
+
+# Attributes XLA's parser lets a scalar operand leave out, and their value then.
+_SCALAR_DEFAULTS = {"broadcast": ("dimensions", ()), "reduce-window": ("window", ())}
+
+
+def _fill_scalar_defaults(instr: HloInstruction) -> None:
+    default = _SCALAR_DEFAULTS.get(instr.opcode)
+    if default is None or default[0] in instr.attrs or not instr.operands:
+        return
+    operand = instr.operands[0].shape
+    if isinstance(operand, ArrayShape) and operand.rank == 0:
+        instr.attrs[default[0]] = default[1]
 
 
 def _callees_first(module: HloModule) -> list[HloComputation]:

@@ -47,23 +47,58 @@ def _map_shape(operands, attrs, declared):
 
 
 def _expand_map(instr, emit: Emitter):
-    comp = instr.attrs["to_apply"]
-    dims = instr.array_shape.dims
+    return _inline_over_arrays(instr.attrs["to_apply"], list(instr.operands), emit, instr.array_shape.dims)
+
+
+def _inline_over_arrays(comp, args: list, emit: Emitter, dims: tuple[int, ...]):
+    """The value of scalar computation `comp` on arrays of `dims`: each elementwise
+    instruction over the arrays, a constant broadcast, tuples kept as Python tuples, a call
+    inlined, and a conditional's branches all computed and chosen by select (XLA's
+    ConditionalToSelect, which is what makes a map of a conditional run as a kernel)."""
     values: dict[int, object] = {}
     for inner in comp.post_order():
+        ops = [values[id(op)] for op in inner.operands]
         if inner.opcode == "parameter":
-            values[id(inner)] = instr.operands[inner.parameter_number]
-        elif inner.opcode == "constant":
-            values[id(inner)] = emit.constant(inner.literal, ArrayShape(inner.array_shape.dtype, dims))
+            value = args[inner.parameter_number]
+        elif inner.opcode == "constant" and isinstance(inner.shape, ArrayShape):
+            value = emit.constant(inner.literal, ArrayShape(inner.array_shape.dtype, dims))
+        elif inner.opcode == "tuple":
+            value = tuple(ops)
+        elif inner.opcode == "get-tuple-element":
+            value = ops[0][inner.attrs["index"]]
+        elif inner.opcode == "call":
+            value = _inline_over_arrays(inner.attrs["to_apply"], ops, emit, dims)
+        elif inner.opcode == "conditional":
+            value = _conditional_as_select(inner, ops, emit, dims)
         elif op_def(inner.opcode).fusion_kind == "elementwise" and not inner.called_computations():
-            operands = [values[id(op)] for op in inner.operands]
             attrs = {k: v for k, v in inner.attrs.items() if k != "control-predecessors"}
-            values[id(inner)] = emit.op(inner.opcode, *operands,
-                                        shape=ArrayShape(inner.array_shape.dtype, dims), **attrs)
+            value = emit.op(inner.opcode, *ops, shape=ArrayShape(inner.array_shape.dtype, dims), **attrs)
         else:
             raise NotImplementedError(f"map: the mapped computation {comp.name} holds {inner.opcode}; "
-                                      "only elementwise operations and constants can be mapped")
+                                      "only elementwise operations, constants, tuples, calls and "
+                                      "conditionals can be mapped")
+        values[id(inner)] = value
     return values[id(comp.root)]
+
+
+def _conditional_as_select(inner, ops: list, emit: Emitter, dims: tuple[int, ...]):
+    from .control import branch_computations
+    selector, *branch_args = ops
+    branches = [_inline_over_arrays(c, [a], emit, dims)
+                for c, a in zip(branch_computations(inner.attrs), branch_args)]
+    if "branch_computations" not in inner.attrs:   # pred: true picks the first
+        return _select_leaves(emit, selector, branches[0], branches[1])
+    chosen = branches[-1]   # an index out of range runs the last branch
+    for i in reversed(range(len(branches) - 1)):
+        is_i = emit.compare("EQ", selector, emit.constant(i, selector.array_shape))
+        chosen = _select_leaves(emit, is_i, branches[i], chosen)
+    return chosen
+
+
+def _select_leaves(emit: Emitter, pred, a, b):
+    if isinstance(a, tuple):
+        return tuple(_select_leaves(emit, pred, x, y) for x, y in zip(a, b))
+    return emit.select(pred, a, b)
 
 
 register(OpDef("map", "opaque", _map_shape, evaluate_expanded, arity=(1, None),

@@ -5,6 +5,8 @@ shape rules check the called computations' signatures against the operands.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import EvaluationError, ShapeError
 from ..shape import ArrayShape, Shape
 from ..types import PRED
@@ -71,8 +73,26 @@ def _while_evaluate(instr, operands, ctx):
     cond, body = instr.attrs["condition"], instr.attrs["body"]
     (state,) = operands
     while bool(ctx.call(cond, [state])):
-        state = ctx.call(body, [state])
+        after = ctx.call(body, [state])
+        if _same_bits(after, state) and not _has_side_effects(body):
+            # The next iteration would be this one again, forever. XLA's while-loop simplifier
+            # removes such a loop (its body does nothing), so its value is the state.
+            return state
+        state = after
     return state
+
+
+def _same_bits(a, b) -> bool:
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(_same_bits(x, y) for x, y in zip(a, b))
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def _has_side_effects(comp) -> bool:
+    from .registry import has_side_effects
+    return any(has_side_effects(i) or any(_has_side_effects(c) for c in i.called_computations())
+               for i in comp.instructions)
 
 
 register(OpDef("while", "opaque", _while_shape, _while_evaluate, arity=1,

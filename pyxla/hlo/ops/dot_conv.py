@@ -37,27 +37,35 @@ def _array_operands(opcode: str, operands) -> tuple[ArrayShape, ArrayShape]:
         if not isinstance(s, ArrayShape):
             raise ShapeError(f"{opcode} operand {i} must be an array, got {s.to_text(False)}")
     lhs, rhs = operands
-    if lhs.dtype != rhs.dtype:
-        raise ShapeError(f"{opcode} operands must have one element type, got "
-                         f"{lhs.dtype} and {rhs.dtype}")
     return lhs, rhs
 
 
-def _result_dtype(opcode: str, operand: ElementType, declared) -> ElementType:
-    """The declared (preferred) element type, checked against the operands' type."""
+def _wider(a: ElementType, b: ElementType) -> ElementType:
+    """Of two operand types, the one XLA's shape inference gives a mixed dot (a float over an
+    integer, then more bits)."""
+    return max(a, b, key=lambda t: (t.is_float, t.bits))
+
+
+def _result_dtype(opcode: str, lhs: ArrayShape, rhs: ArrayShape, declared) -> ElementType:
+    """The declared (preferred) element type, checked against the operands' types. Operands
+    of two types (s8 x s16, f16 x f32, as XLA allows) are both converted to the result type
+    (XLA's operand upcaster)."""
+    if lhs.dtype != rhs.dtype and lhs.dtype.is_pred != rhs.dtype.is_pred:
+        raise ShapeError(f"{opcode} cannot mix pred and {rhs.dtype if lhs.dtype.is_pred else lhs.dtype} operands")
     if declared is None:
-        return operand
+        return _wider(lhs.dtype, rhs.dtype)
     if not isinstance(declared, ArrayShape):
         raise ShapeError(f"{opcode} result must be an array, declared {declared.to_text(False)}")
     result = declared.dtype
-    if operand.is_pred:
-        fits = result.is_pred
-    elif operand.is_float:
-        fits = result.is_float
-    else:   # integer operands may accumulate into an integer or a float type
-        fits = result.is_integral or result.is_float
-    if not fits:
-        raise ShapeError(f"{opcode} of {operand} operands cannot produce {result}")
+    for operand in {lhs.dtype, rhs.dtype}:
+        if operand.is_pred:
+            fits = result.is_pred
+        elif operand.is_float:
+            fits = result.is_float
+        else:   # integer operands may accumulate into an integer or a float type
+            fits = result.is_integral or result.is_float
+        if not fits:
+            raise ShapeError(f"{opcode} of {operand} operands cannot produce {result}")
     return result
 
 
@@ -120,7 +128,7 @@ def _dot_shape(operands, attrs, declared):
     lhs, rhs = _array_operands("dot", operands)
     lb, _, _, _, lf, rf = _dot_dims(lhs, rhs, attrs)
     dims = [lhs.dims[d] for d in lb + lf] + [rhs.dims[d] for d in rf]
-    return ArrayShape(_result_dtype("dot", lhs.dtype, declared), dims)
+    return ArrayShape(_result_dtype("dot", lhs, rhs, declared), dims)
 
 
 def _as_batched_matrix(x: np.ndarray, batch, rows, cols) -> np.ndarray:
@@ -222,7 +230,7 @@ def _conv_shape(operands, attrs, declared):
     spatial = window_output_dims("convolution", tuple(lhs.dims[d] for d in dn.input_spatial), window)
     for od, size in zip(dn.output_spatial, spatial):
         dims[od] = size
-    return ArrayShape(_result_dtype("convolution", lhs.dtype, declared), dims)
+    return ArrayShape(_result_dtype("convolution", lhs, rhs, declared), dims)
 
 
 # --- convolution: evaluation ------------------------------------------------------------

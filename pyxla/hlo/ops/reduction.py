@@ -85,8 +85,8 @@ def _check_reducer(opcode: str, comp, input_types: list[ElementType],
                    init_types: list[ElementType]) -> tuple[list[ElementType], bool]:
     """XLA's reducer rule for N inputs: (acc_1..acc_N, x_1..x_N) -> acc or (acc_1..acc_N).
 
-    Accumulators have the init values' types; an element parameter may differ from its
-    input only in float precision. Returns (result types, whether the result is a tuple).
+    Accumulators have the init values' types, which may differ from the inputs' only in float
+    precision (bf16 summed in f32); an element parameter has its input's type. Returns (result types, whether the result is a tuple).
     """
     n = len(input_types)
     params, results, is_tuple = scalar_signature(f"{opcode} to_apply", comp)
@@ -100,10 +100,14 @@ def _check_reducer(opcode: str, comp, input_types: list[ElementType],
         if not (results[i] == params[i] == init_types[i]):
             raise ShapeError(f"{opcode}: accumulator {i} of {comp.name} is {params[i]} -> {results[i]}, "
                              f"but init value {i} is {init_types[i]}")
-        if not (_same_ignoring_precision(params[n + i], input_types[i])
-                and _same_ignoring_precision(init_types[i], input_types[i])):
-            raise ShapeError(f"{opcode}: operand {i} is {input_types[i]}, which reducer {comp.name} "
-                             f"cannot take (element parameter {params[n + i]}, accumulator {init_types[i]})")
+        if not _same_ignoring_precision(init_types[i], input_types[i]):
+            raise ShapeError(f"{opcode}: operand {i} is {input_types[i]}, but init value {i} and the "
+                             f"accumulator of {comp.name} are {init_types[i]}")
+        # The element parameter takes the operand's elements as they are: a reducer of another
+        # width (an f32 reducer over f64 elements) would need a convert nobody wrote.
+        if params[n + i] != input_types[i]:
+            raise ShapeError(f"{opcode}: operand {i} is {input_types[i]}, but reducer {comp.name} takes "
+                             f"{params[n + i]} elements (parameter {n + i})")
     return results, is_tuple
 
 

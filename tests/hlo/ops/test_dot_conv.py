@@ -10,6 +10,7 @@ from pyxla.hlo import (
     F16,
     F32,
     F64,
+    PRED,
     S8,
     S32,
     U8,
@@ -179,8 +180,11 @@ def test_dot_shape_errors(lhs, rhs, attrs, message):
 def test_dot_type_errors():
     b = HloBuilder("bad")
     x, y = b.parameter(array(F32, 2, 3), "x"), b.parameter(array(F16, 3, 2), "y")
-    with pytest.raises(ShapeError, match="one element type"):
-        b.op("dot", x, y, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    # Mixed operand types are XLA's (f16 x f32 -> f32, the wider), but not pred with numbers.
+    assert b.op("dot", x, y, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)).shape.dtype == F32
+    p = b.parameter(array(PRED, 3, 2), "p")
+    with pytest.raises(ShapeError, match="cannot mix pred"):
+        b.op("dot", x, p, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
     z = b.parameter(array(F32, 3, 2), "z")
     with pytest.raises(ShapeError, match="cannot produce s32"):
         b.op("dot", x, z, shape=array(S32, 2, 2), lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
