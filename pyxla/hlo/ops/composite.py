@@ -10,6 +10,8 @@ one definition.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ...errors import ShapeError
 from ..expansion import Emitter, evaluate_expanded
 from ..shape import ArrayShape
@@ -55,7 +57,7 @@ def _inline_over_arrays(comp, args: list, emit: Emitter, dims: tuple[int, ...]):
     instruction over the arrays, a constant broadcast, tuples kept as Python tuples, a call
     inlined, and a conditional's branches all computed and chosen by select (XLA's
     ConditionalToSelect, which is what makes a map of a conditional run as a kernel)."""
-    values: dict[int, object] = {}
+    values: dict[int, Any] = {}
     for inner in comp.post_order():
         ops = [values[id(op)] for op in inner.operands]
         if inner.opcode == "parameter":
