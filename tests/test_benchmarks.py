@@ -9,12 +9,12 @@ from benchmarks.__main__ import main
 
 def test_suite_runs_and_reports(tmp_path):
     main(["--scale", "0.05", "--budget", "0.05", "--frameworks", "numpy", "pyxla",
-          "--only", "sum_fma", "softmax", "layer_norm", "mlp", "mlp_train", "dispatch", "--out", str(tmp_path)])
+          "--only", "sum_fma", "softmax", "layer_norm", "mlp", "mlp_train", "cnn_train", "dispatch", "--out", str(tmp_path)])
     report = (tmp_path / "report.md").read_text()
     assert "| workload | numpy | pyxla | pyxla / best peer |" in report
     data = json.loads((tmp_path / "report.json").read_text())
     pyxla = next(r for r in data["runs"] if r["framework"] == "pyxla")
-    for name in ("sum_fma", "softmax", "layer_norm", "mlp", "mlp_train", "dispatch"):
+    for name in ("sum_fma", "softmax", "layer_norm", "mlp", "mlp_train", "cnn_train", "dispatch"):
         entry = pyxla["results"][name]
         assert entry.get("correct"), (name, entry)
         assert entry["median_s"] > 0 and entry["first_call_s"] > 0
