@@ -19,6 +19,7 @@ Files:
   contraction_rules.py   dot, convolution
   indexing_rules.py      gather, scatter, dynamic-slice, dynamic-update-slice
   control_rules.py       while, conditional, call, opt-barrier, rng-bit-generator
+  custom_rules.py        calls of custom_jvp, custom_vjp, checkpoint: batched with their rules
 Design and coverage: docs/vmap.md.
 """
 from . import contraction_rules, control_rules, elementwise_rules, indexing_rules, reduction_rules  # noqa: F401

@@ -12,7 +12,9 @@ the operands are.
   once its own predicate is false (JAX's rule).
 - conditional: an index the same for every example picks one batched branch; an index that
   differs per example runs every branch and selects each example's result (JAX's rule).
-- call: the callee inlined, batched.
+- call: the callee inlined, batched; a call carrying a derivative rule (custom_jvp,
+  custom_vjp, checkpoint) stays a call of the batched callee, its rule batched
+  (custom_rules.py).
 - rng-bit-generator: one generator per example's key (the examples are unrolled); an
   unbatched key never reaches this rule, and gives every example the same bits, as in JAX.
 """
@@ -22,11 +24,13 @@ from typing import Any
 
 from .. import lax
 from ..autodiff.staging import operand_value, semantic_attrs
-from ..frontend.tracing import bind, make_tuple
+from ..autodiff.traced_calls import CALL_RULES
+from ..frontend.tracing import bind, current_trace, make_tuple
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.shape import TupleShape
 from ..hlo.types import S32
+from .custom_rules import batch_recorded_call
 from .interpreter import BATCH_RULES, batched_computation, force_front, run_batched
 from .rule_helpers import BatchingError, batch_size, dims_of, to_front
 
@@ -169,7 +173,11 @@ def _all_batched(d: Any) -> Any:
 
 
 def _call(instr: HloInstruction, values: list[Any], dims: list[Any]) -> tuple[Any, Any]:
-    return run_batched(instr.attrs["to_apply"], values, dims)
+    comp = instr.attrs["to_apply"]
+    # Eagerly nothing can differentiate the result: the callee's rule is not needed then.
+    if comp in CALL_RULES and current_trace() is not None:
+        return batch_recorded_call(instr, values, dims)
+    return run_batched(comp, values, dims)
 
 
 def _opt_barrier(instr: HloInstruction, values: list[Any], dims: list[Any]) -> tuple[Any, Any]:

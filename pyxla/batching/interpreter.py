@@ -25,7 +25,7 @@ from typing import Any
 
 from ..autodiff.forward import constant_value
 from ..autodiff.staging import location, operand_value, reachable, semantic_attrs
-from ..frontend.tracing import bind, emission_scope, trace_computation
+from ..frontend.tracing import bind, current_trace, emission_scope, trace_computation
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..lax.gradients import stop_gradient
@@ -103,7 +103,12 @@ def run_batched(comp: HloComputation, values: Sequence[Any], dims: Sequence[Any]
     """A called computation's result (and its batch dimensions), inlined into the current
     trace with its instructions batched."""
     assert comp.root is not None
-    outs, out_dims = batch_instructions(comp.parameters, values, dims, [comp.root], scope=scope)
+    # The callee was traced inside the same outermost trace, whose set of gradient stops the
+    # current trace shares: its stop_gradient copies must stay stops once batched.
+    trace = current_trace()
+    stops = trace.gradient_stops if trace is not None else frozenset()
+    outs, out_dims = batch_instructions(comp.parameters, values, dims, [comp.root], scope=scope,
+                                        gradient_stops=stops)
     return outs[0], out_dims[0]
 
 
