@@ -32,7 +32,7 @@ def summarize(runs: list[dict]) -> dict:
                  if fw != "pyxla" and e and "median_s" in e and e.get("correct", True)}
         mine = row.get("pyxla") or {}
         ratio = None
-        if peers and "median_s" in mine:
+        if peers and "median_s" in mine and mine.get("correct", True):   # a wrong answer has no speed
             ratio = mine["median_s"] / min(peers.values())
         table[w.name] = {"row": row, "best_peer": min(peers, key=peers.get) if peers else None,
                          "pyxla_over_best_peer": ratio}
@@ -47,7 +47,7 @@ def summarize_models(model_runs: list[dict]) -> dict:
     for name in names:
         mine, peer = by_fw.get("pyxla", {}).get(name) or {}, by_fw.get("onnxruntime", {}).get(name) or {}
         ratio = None
-        if "median_s" in mine and "median_s" in peer and peer.get("correct", True):
+        if "median_s" in mine and "median_s" in peer and mine.get("correct", True) and peer.get("correct", True):
             ratio = mine["median_s"] / peer["median_s"]
         table[name] = {"pyxla": mine, "onnxruntime": peer, "pyxla_over_onnxruntime": ratio}
     return table

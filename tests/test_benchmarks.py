@@ -131,3 +131,19 @@ def test_hand_written_backward_passes_match_autodiff(name):
                                                                                  ins[5])
     for got, ref in zip((value, *(grads[k] for k in keys)), want):
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
+
+
+def test_a_wrong_pyxla_result_gets_no_ratio():
+    """A wrong answer has no speed: neither the workload ratio nor the ONNX ratio is printed."""
+    from benchmarks.report import summarize, summarize_models
+    from benchmarks.workloads import WORKLOADS
+
+    name = WORKLOADS[0].name
+    runs = [{"framework": "pyxla", "results": {name: {"median_s": 1.0, "correct": False}}},
+            {"framework": "jax", "results": {name: {"median_s": 2.0, "correct": True}}}]
+    assert summarize(runs)[name]["pyxla_over_best_peer"] is None
+    runs[0]["results"][name]["correct"] = True
+    assert summarize(runs)[name]["pyxla_over_best_peer"] == 0.5
+    models = [{"framework": "pyxla", "results": {"m": {"median_s": 1.0, "correct": False}}},
+              {"framework": "onnxruntime", "results": {"m": {"median_s": 2.0}}}]
+    assert summarize_models(models)["m"]["pyxla_over_onnxruntime"] is None
