@@ -8,6 +8,7 @@ Every MODULE may be XLA's HLO text or StableHLO MLIR text (a .mlir file, or text
 starts with `module @` / `func.func`); StableHLO is converted to HLO on reading.
     pyxla opt MODULE.hlo [--passes p1,p2,...] | pyxla opt --list
     pyxla run-onnx MODEL.onnx --inputs IN.npz [--out OUT.npz] [--backend cpu|interpreter]
+    pyxla aot MODULE.hlo --name NAME -o DIR [--shared] [--target-cpu CPU] [--features F]
 
 Arrays go in and out as .npz files named arg0..argN and out0..outM (for run-onnx: by the
 model's input and output names); bf16 is stored as uint16 bit patterns, as in the
@@ -198,6 +199,21 @@ def cmd_check(ns) -> int:
     return 1 if failed else 0
 
 
+def cmd_aot(ns) -> int:
+    """Ahead-of-time compilation: DIR/NAME.h and DIR/NAME.o (docs/aot.md)."""
+    from . import aot
+
+    aot.check_name(ns.name)       # before the module is read: nothing is written on a bad name or folder
+    aot.check_out_dir(ns.output)
+    result = aot.compile(_read_module(ns.module), name=ns.name, out_dir=ns.output, shared=ns.shared,
+                         target_cpu=ns.target_cpu, features=ns.features, threads=ns.threads, source=ns.module)
+    if not ns.quiet:
+        for path in (result.header, result.object, result.shared):
+            if path is not None:
+                print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyxla", description="pyxla, an XLA-style compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -233,6 +249,17 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("--arch", help="GPU architecture (default: PYXLA_GPU_ARCH, else sm_90)")
     emit.add_argument("-o", "--output", help="write here instead of standard output")
     emit.set_defaults(func=cmd_emit)
+
+    aot = sub.add_parser("aot", help="compile a module ahead of time to DIR/NAME.o and DIR/NAME.h")
+    aot.add_argument("module")
+    aot.add_argument("--name", required=True, help="the C name prefix: NAME_run, NAME.h, NAME.o")
+    aot.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write to")
+    aot.add_argument("--shared", action="store_true", help="also link DIR/libNAME.so with cc")
+    aot.add_argument("--target-cpu", help="LLVM CPU name, or generic (baseline x86-64); default: this host")
+    aot.add_argument("--features", help="LLVM feature string, e.g. +avx2,+fma (default: the CPU's)")
+    aot.add_argument("--threads", type=int, help="threads the kernels are cut for (default: this machine's)")
+    aot.add_argument("--quiet", action="store_true")
+    aot.set_defaults(func=cmd_aot)
 
     check = sub.add_parser("check", help="run a conformance corpus and compare with its outputs")
     check.add_argument("corpus")

@@ -95,6 +95,7 @@ from .dot.tasks import emit_dot_tasks
 from .ops.column_reduce import column_reduce, emit_column_reduction
 from .ops.concat_rows import concatenate_of, emit_concatenated_rows
 from .runtime import kernel_profile
+from .runtime.native_target import aot_emission
 from .runtime.parallel import emit_parallel_tasks, worker_pool
 
 # Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
@@ -742,14 +743,15 @@ class KernelEmitter:
 
             emit_gemv(self, t.name, product_ptr, x, mat, batch, count, k, transposed, tasks,
                       epilogue_at if per_product else None)
-        elif pool is not None and batch * m * n * k >= OWN_GEMM_MIN_WORK:
+        elif (pooled := pool is not None and batch * m * n * k >= OWN_GEMM_MIN_WORK) or aot_emission() is not None:
+            # (an object file has no BLAS: its small dots take pyxla's GEMM on the calling thread)
             per_product = root is not dot and in_place and shape.rank == nb + 2
 
             def epilogue(prefix, i, j):
                 self.store_root(root, shape, tuple(prefix) + (i, j))
 
             emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, shape.dims[:nb], m, n, k, a_t, b_t,
-                           pool.threads * GEMM_TASKS_PER_THREAD, epilogue if per_product else None)
+                           pool.threads * GEMM_TASKS_PER_THREAD if pooled else 1, epilogue if per_product else None)
         else:
             for_range(b, [batch], lambda index: emit_gemm(b, t.name, at(product_ptr, m * n, index[0]),
                                                           at(lptr, m * k, index[0]), at(rptr, k * n, index[0]),

@@ -8,6 +8,7 @@ from functools import cache
 import llvmlite.ir as ir
 
 from ...llvm.ir_types import F32, F64, I8, I32, PTR, VOID, FunctionPointer, i64
+from ..runtime.native_target import aot_emission
 from ..runtime.parallel import emit_yield_cores
 
 _get_name = ctypes.pythonapi.PyCapsule_GetName
@@ -29,6 +30,8 @@ def emit_gemm(b: ir.IRBuilder, dtype_name: str, c_ptr, a_ptr, b_ptr, m: int, n: 
               a_transposed: bool, b_transposed: bool, beta: float = 0.0) -> None:
     """C[m,n] = A[m,k] @ B[k,n] (row-major; A given as [k,m] when a_transposed, B as [n,k]
     when b_transposed). Row-major C = A B is column-major C^T = B^T A^T: swap the operands."""
+    if aot_emission() is not None:
+        raise RuntimeError("BLAS is not part of an object file: an AOT build calls pyxla's own GEMM")
     scalar = F32 if dtype_name == "f32" else F64
     fnty = ir.FunctionType(VOID, [PTR] * 13)
     fn = b.inttoptr(i64(gemm_address(dtype_name)), PTR)

@@ -42,9 +42,10 @@ from functools import cache
 
 import llvmlite.ir as ir
 
-from ...llvm.ir_types import F32, F64, I1, I64, PTR, VOID, FunctionPointer, fma_intrinsic, i64, smin, splat
+from ...llvm.ir_types import F32, F64, I1, I64, PTR, VOID, fma_intrinsic, i64, smin, splat
 from ...llvm.loops import counted_loop
 from ..runtime.llvm_jit import host_jit
+from ..runtime.native_target import native_function
 
 NC = 1024                  # columns of B packed at once: KC x NC floats, in L3
 
@@ -357,6 +358,16 @@ def _kernel_address(dtype_name: str, vector_bytes: int) -> int:
     return jit.compile_helper(name, str(module.m), (name,))[name]
 
 
+def kernel_symbol(dtype_name: str) -> str:
+    """The kernel's function name for the host's vector width."""
+    return f"pyxla_gemm_{dtype_name}_{8 * tiling(dtype_name).vector_bytes}"
+
+
+def kernel_ir(dtype_name: str) -> str:
+    """The kernel's module for the host's vector width (an object file links it in)."""
+    return str(_GemmIr(dtype_name, host_jit().target_machine.triple).m)
+
+
 def emit_own_gemm(b: ir.IRBuilder, dtype_name: str, c_ptr, a_ptr, b_ptr, m, n, k: int, strides: tuple, ldc: int,
                   workspace) -> None:
     """C[m,n] (rows ldc apart) = A[m,k] @ B[k,n] on the calling thread; m and n are ints or
@@ -367,6 +378,7 @@ def emit_own_gemm(b: ir.IRBuilder, dtype_name: str, c_ptr, a_ptr, b_ptr, m, n, k
     def value(x):
         return i64(x) if isinstance(x, int) else x
 
-    fn = b.inttoptr(i64(gemm_address(dtype_name)), PTR)
-    b.call(FunctionPointer(fn, GEMM_TYPE), [value(m), value(n), i64(k), a_ptr, i64(a_rs), i64(a_cs), b_ptr, i64(b_rs),
-                                            i64(b_cs), c_ptr, i64(ldc), workspace])
+    fn = native_function(b, GEMM_TYPE, kernel_symbol(dtype_name), lambda: gemm_address(dtype_name),
+                         lambda: kernel_ir(dtype_name))
+    b.call(fn, [value(m), value(n), i64(k), a_ptr, i64(a_rs), i64(a_cs), b_ptr, i64(b_rs),
+                i64(b_cs), c_ptr, i64(ldc), workspace])

@@ -62,9 +62,10 @@ from functools import cache
 
 import llvmlite.ir as ir
 
-from ...llvm.ir_types import F32, F64, I32, I64, PTR, VOID, FunctionPointer, alloca_in_entry, fma_intrinsic, i64, splat
+from ...llvm.ir_types import F32, F64, I32, I64, PTR, VOID, alloca_in_entry, fma_intrinsic, i64, splat
 from ...llvm.loops import counted_loop
 from ..runtime.llvm_jit import host_jit
+from ..runtime.native_target import native_function
 
 # One thread, 1x9216x4096 f32 from L3, GB/s: rows kernel 1 / 2 / 4 / 8 rows at once 17 / 20 /
 # 23 / 23; dots kernel rows x accumulators 1x4 / 2x2 / 4x1 / 4x2 / 8x1 16 / 21 / 24 / 24 / 24.
@@ -234,7 +235,10 @@ def emit_gemv(kernel, dtype_name: str, out_ptr, x_ptr, m_ptr, batch: int, count:
     b: ir.IRBuilder = kernel.b
     size = 8 if dtype_name == "f64" else 4
     scalar = F64 if dtype_name == "f64" else F32
-    fn = FunctionPointer(b.inttoptr(i64(gemv_address(dtype_name, transposed)), PTR), GEMV_TYPE)
+    vector_bytes = host_jit().vector_bytes
+    fn = native_function(b, GEMV_TYPE, f"pyxla_gemv_{'dots' if transposed else 'rows'}_{dtype_name}_{8 * vector_bytes}",
+                         lambda: gemv_address(dtype_name, transposed),
+                         lambda: str(_GemvIr(dtype_name, vector_bytes, host_jit().target_machine.triple).m))
 
     def at(ptr, elements):
         return b.gep(ptr, [elements], source_etype=scalar)

@@ -63,6 +63,7 @@ import llvmlite.ir as ir
 from ...llvm.ir_types import I32, I64, PTR, VOID, FunctionPointer, i64
 from ...llvm.loops import counted_loop
 from .llvm_jit import host_jit
+from .native_target import aot_emission, native_function
 
 MAX_THREADS = 256
 SPIN_CYCLES = 200_000        # time-stamp counter ticks a worker spins after a job before it sleeps
@@ -427,6 +428,9 @@ def worker_pool() -> WorkerPool | None:
     global _pool
     if _pool is not None:
         return _pool
+    aot = aot_emission()
+    if aot is not None:   # code for an object file: its own pool, planned for the object's threads
+        return aot.pool
     threads = thread_count()
     if threads == 1:
         return None
@@ -476,8 +480,16 @@ def emit_parallel_tasks(b: ir.IRBuilder, pool: WorkerPool, n_tasks: int, body: C
     cells = _entry_alloca(b, ir.ArrayType(I64, max(1, len(captured))))
     for slot, value in enumerate(captured):
         b.store(value, b.gep(cells, [i64(8 * slot)], source_etype=ir.IntType(8)))
-    parallel_for = b.inttoptr(i64(pool.parallel_for), PTR)
-    b.call(FunctionPointer(parallel_for, PARALLEL_FOR_TYPE), [task, cells, i64(n_tasks)])
+    if n_tasks == 1 and aot_emission() is not None:   # (the JIT's IR keeps its call of the pool)
+        b.call(task, [cells, i64(0)])
+        return
+    parallel_for = native_function(b, PARALLEL_FOR_TYPE, PARALLEL_FOR, lambda: pool.parallel_for, pool_ir)
+    b.call(parallel_for, [task, cells, i64(n_tasks)])
+
+
+def pool_ir() -> str:
+    """The pool's module for this process's target (an object file links it in)."""
+    return str(_PoolIr(llvm.get_process_triple()).m)
 
 
 def emit_yield_cores(b: ir.IRBuilder) -> None:
