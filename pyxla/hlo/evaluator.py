@@ -39,6 +39,9 @@ def evaluate_computation(comp: HloComputation, args: Sequence[Any], ctx: EvalCon
         if instr.opcode == "parameter":
             values[id(instr)] = args[cast(int, instr.parameter_number)]
             continue
+        if _holds_nothing(instr):
+            values[id(instr)] = np.zeros(instr.shape.dims, instr.shape.dtype.np_dtype)   # no bytes
+            continue
         operands = [values[id(op)] for op in instr.operands]
         try:
             values[id(instr)] = op_def(instr.opcode).evaluate(instr, operands, ctx)
@@ -56,7 +59,21 @@ def _needed(comp: HloComputation) -> list[HloInstruction]:
     without effects cannot change the result, and need not run (a dead infinite loop)."""
     from .ops import has_side_effects
     starts = ([comp.root] if comp.root is not None else []) + [i for i in comp.instructions if has_side_effects(i)]
-    return operands_first(starts, lambda node: list(node.operands) + control_predecessors(node))
+    return operands_first(starts, lambda node: ([] if _holds_nothing(node) else list(node.operands))
+                          + control_predecessors(node))
+
+
+# Their results are not all they do: they run computations that may loop or have effects.
+_RUNS_COMPUTATIONS = frozenset({"parameter", "while", "call", "conditional", "custom-call"})
+
+
+def _holds_nothing(instr: HloInstruction) -> bool:
+    """An array result with no elements (f32[1000000000000,0]): its value is known from its
+    shape alone, so neither it nor what only it reads is computed, and it takes no memory."""
+    from .ops import has_side_effects
+    shape = instr.shape
+    return (isinstance(shape, ArrayShape) and shape.size == 0 and instr.opcode not in _RUNS_COMPUTATIONS
+            and not has_side_effects(instr))
 
 
 def evaluate_module(module: HloModule, args: Sequence[Any]) -> Any:
