@@ -25,6 +25,7 @@ from ..compiler import compile_module
 from ..hlo.module import HloModule
 from ..hlo.shape import ArrayShape
 from ..hlo.verifier import verify_module
+from .soft_half import SOFT_HALF_IR
 from .wrapper import Interface, ResultSource, interface_ir
 
 try:   # the CPU backend's own rewrites before the driver, where this version has them
@@ -91,13 +92,15 @@ def emit_object(module: HloModule, name: str, cpu: str | None = None, features: 
     wrapper_text, temp_size = interface_ir(face, codegen.ir.triple)
     linked = llvm.parse_assembly(ir_text)
     helpers = dict.fromkeys(h() for h in emission.helpers.values())   # (a module may define several)
+    if "+f16c" not in features.split(","):   # LLVM would call libgcc's conversions
+        helpers[SOFT_HALF_IR] = None
     for text in [*helpers, wrapper_text]:
         linked.link_in(llvm.parse_assembly(text))
     exported = {f"{name}_run", f"{name}_set_num_threads", f"{name}_arg_sizes", f"{name}_result_sizes",
                 f"{name}_temp_size"}
     final = llvm.parse_assembly(_with_attributes(str(linked), features))
     for value in list(final.functions) + list(final.global_variables):
-        if not value.is_declaration and value.name not in exported:
+        if not value.is_declaration and value.name not in exported and not value.name.startswith("llvm."):
             value.linkage = "internal"
     final.triple = machine.triple
     final.data_layout = str(machine.target_data)

@@ -1,6 +1,8 @@
 """NAME.h: the C declarations of an AOT object (usable from C++: extern "C")."""
 from __future__ import annotations
 
+import textwrap
+
 from ..hlo.shape import ArrayShape
 
 C_TYPES = {"pred": "bool (one byte)", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "s64": "int64_t",
@@ -18,10 +20,12 @@ def _describe(kind: str, i: int, shape: ArrayShape, size: int) -> str:
 def header_text(code, source: str = "") -> str:
     """The header of `code` (build.ObjectCode)."""
     name, upper = code.name, code.name.upper()
+    enabled = [f for f in code.features.split(",") if f.startswith("+")]
     lines = [f"/* {name}.h: ahead-of-time compiled by pyxla{' from ' + source if source else ''}.",
              f" * Link: cc main.c {name}.o -lm -lpthread",
-             f" * Target CPU: {code.cpu}{' (' + code.features + ')' if code.features else ''}; kernels cut for "
-             f"{code.threads} thread(s){'' if code.pooled else ', no worker pool'}.",
+             f" * Target CPU: {code.cpu}; kernels cut for {code.threads} thread(s)"
+             f"{'' if code.pooled else ', no worker pool (no kernel is split)'}.",
+             *textwrap.wrap(" ".join(enabled), 88, initial_indent=" * Features: ", subsequent_indent=" *   "),
              " *",
              " * Parameters (args[i]), in parameter order:"]
     lines += [_describe("arg", i, s, n) for i, (s, n) in enumerate(zip(code.arg_shapes, code.arg_sizes))] or \
