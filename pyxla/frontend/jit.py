@@ -62,6 +62,10 @@ def _leaf_value(x: Any) -> tuple[np.ndarray, bool]:
     if isinstance(x, (int, float)) and not isinstance(x, (bool, np.generic)):
         return np.asarray(x), True
     arr = np.asarray(x)
+    if not arr.dtype.isnative:
+        # ">f4" holds the same values as float32 in other bytes: the signature and the
+        # compiled code know only the machine's order, so the values are reordered here.
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     # bfloat16 and ml_dtypes' 8-/4-bit floats and 4-/2-bit integers are NumPy "V" (void)
     # kinds: ask the element types, not the kind letter.
     if arr.dtype == object or (arr.dtype.kind in "USVOMmc" and arr.dtype not in _ELEMENT_DTYPES):
