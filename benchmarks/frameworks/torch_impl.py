@@ -47,7 +47,7 @@ def make_builders(compiled: bool):
             import torch
             f = functions()[name]
             if compiled:
-                f = torch.compile(f)
+                f = torch.compile(f, **_backend(compiled))
             args = [torch.from_numpy(a) for a in ins]
 
             def run():
@@ -84,7 +84,7 @@ def build_train(ins, compiled: bool, loss_fn):
     params = [p.clone().requires_grad_() for p in weights]
 
     if compiled:
-        @torch.compile
+        @torch.compile(**_backend(compiled))
         def step(x, p0, p1, p2, p3, labels):
             loss = loss_fn(x, p0, p1, p2, p3, labels)
             return (loss, *torch.autograd.grad(loss, (p0, p1, p2, p3)))
@@ -100,6 +100,11 @@ def build_train(ins, compiled: bool, loss_fn):
         loss.backward()
         return (loss.detach().numpy(), *(p.grad.numpy() for p in params))
     return run
+
+
+def _backend(compiled) -> dict:
+    """torch.compile's arguments: compiled=True is inductor, a string names another backend."""
+    return {"backend": compiled} if isinstance(compiled, str) else {}
 
 
 BUILDERS = make_builders(compiled=False)
