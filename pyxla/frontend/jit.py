@@ -73,6 +73,22 @@ def _leaf_value(x: Any) -> tuple[np.ndarray, bool]:
     return arr, False
 
 
+def _sequence_leaves(dyn_args: list, kwargs: dict) -> dict[int, tuple[str, type]]:
+    """id of each parameter traced for an element of a list or tuple argument -> (the
+    argument, its type): an op given that list meets its elements one by one in NumPy, and
+    the error should name the list, not one traced scalar of it."""
+    found: dict[int, tuple[str, type]] = {}
+    named = [(f"argument {i}", a) for i, a in enumerate(dyn_args)] + [(f"argument {k!r}", a) for k, a in kwargs.items()]
+    for name, arg in named:
+        if isinstance(arg, (list, tuple)):
+            leaves, _ = tree_flatten(arg)
+            for leaf in leaves:
+                if isinstance(leaf, Tracer):
+                    found[id(leaf.instr)] = (f"{name} (a {type(arg).__name__} of {len(leaves)} traced values)",
+                                             type(arg))
+    return found
+
+
 def _normalize_static(index: int | Iterable[int] | None) -> tuple[int, ...]:
     if index is None:
         return ()
@@ -236,6 +252,7 @@ class Jitted:
             tracers = [trace.new_parameter(ArrayShape(from_numpy_dtype(a.dtype), a.shape), f"arg{i}", weak)
                        for i, (a, weak) in enumerate(leaves)]
             dyn_args, kwargs = tree_unflatten(in_tree, tracers)
+            trace.sequence_leaves = _sequence_leaves(dyn_args, kwargs)
             args = _merge_static(dyn_args, static_key)
             kwargs.update({k: v for k, v in static_key if isinstance(k, str)})
             out = self.fn(*args, **kwargs)

@@ -87,6 +87,33 @@ def emission_scope(name: str | None = None, location: tuple[str, int] | None = N
         _state.location = old_location
 
 
+
+class SequenceOperandError(TraceError, TypeError):
+    """A Python list or tuple where an op wants an array. Traced values inside it (a list
+    argument of a jitted function is a pytree: each number its own traced scalar) cannot be
+    turned into an array by NumPy, so say that, as JAX's ops do, rather than fail on one
+    element's conversion."""
+
+    def __init__(self, shown: str, kind: type, opcode: str | None = None):
+        self.shown, self.kind = shown, kind
+        op = f"{opcode} " if opcode else ""
+        super().__init__(
+            f"{op}got {shown} of type {kind}, expected an array: a {kind.__name__} is not an array{where()}. "
+            f"A {kind.__name__} passed to a jitted function is a pytree of traced scalars: convert it with "
+            f"np.asarray(...) before the call, or stack its elements with pyxla.numpy.asarray inside.")
+
+    @classmethod
+    def of(cls, value: list | tuple) -> SequenceOperandError:
+        shown = repr(value)
+        return cls(shown if len(shown) <= 80 else shown[:77] + "...", type(value))
+
+
+def _holds_tracer(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tracer(v) for v in value)
+    return isinstance(value, Tracer)
+
+
 class Tracer:
     """An abstract array inside a trace: shape and dtype known, values not.
 
@@ -151,6 +178,10 @@ class Tracer:
         self._concrete("use as an index (__index__)")
 
     def __array__(self, dtype=None, copy=None):
+        # an element of a list argument of jit meets NumPy when an op is given the list
+        sequence = getattr(self.trace, "sequence_leaves", {}).get(id(self.instr))
+        if sequence is not None:
+            raise SequenceOperandError(*sequence)
         self._concrete("conversion to a NumPy array")
 
     def item(self, *args):
@@ -245,6 +276,8 @@ class Trace:
                 return self._capture(value)
             raise TraceError(f"a traced value {value!r} from a finished trace was used{where()}: "
                              "traced values must not escape the function being traced")
+        if isinstance(value, (list, tuple)) and _holds_tracer(value):
+            raise SequenceOperandError.of(value)
         arr = np.asarray(value)
         if arr.dtype == object:
             raise TraceError(f"cannot use a {type(value).__name__} as an array{where()}")
@@ -263,7 +296,10 @@ class Trace:
         return self._captured[key]
 
     def emit(self, opcode: str, operands: Sequence[Any], shape: Shape | None, attrs: dict) -> Tracer:
-        instrs = [self.lift(o).instr for o in operands]
+        try:
+            instrs = [self.lift(o).instr for o in operands]
+        except SequenceOperandError as e:
+            raise SequenceOperandError(e.shown, e.kind, opcode) from None
         loc = getattr(_state, "location", None) or user_source_location()
         metadata = {"op_name": "/".join([self.op_prefix, *_scope_names(), opcode])}
         if loc:
