@@ -2,14 +2,17 @@
 ModelProto whose tensors all hold their data in memory.
 
 Tensors stored outside the model file (external data) are read only from files inside the
-model's own directory: a location that is absolute, climbs out with '..', or resolves
-(through a symlink) to a file outside that directory is refused, so a model file cannot
-make pyxla read arbitrary files. Anything malformed (not a protobuf, a truncated tensor, a
+model's own directory: a location that is absolute, climbs out with '..', passes through a
+symlink, or names anything but a regular file with one link is refused (the file is opened
+once, component by component without following links, and checked through its descriptor),
+so a model file cannot make pyxla read arbitrary files. Anything malformed (not a protobuf, a truncated tensor, a
 graph onnx.checker rejects) is an OnnxImportError naming what was wrong, never a crash.
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
@@ -141,7 +144,7 @@ def _read_external(tensor, base_dir) -> bytes:
     if base_dir is None:
         raise OnnxImportError(f"{name} is stored in the external file {location!r}: load the model "
                               "from its path (or give base_dir) so the file can be found")
-    path = safe_external_path(base_dir, location, name)
+    parts = location_parts(location, name)
     try:
         offset = int(info.get("offset", 0))
         length = int(info["length"]) if "length" in info else None
@@ -149,32 +152,75 @@ def _read_external(tensor, base_dir) -> bytes:
         raise OnnxImportError(f"{name}: external data offset/length {info} are not integers") from None
     if offset < 0 or (length is not None and length < 0):
         raise OnnxImportError(f"{name}: negative external data offset or length {info}")
+    what = f"{name}: external data file {location!r} in {str(base_dir)!r}"
+    fd = _open_inside(base_dir, parts, what)
     try:
-        size = path.stat().st_size
-        if offset + (length or 0) > size:
-            raise OnnxImportError(f"{name}: external data {location!r} has {size} bytes, the tensor needs "
-                                  f"bytes {offset}..{offset + (length or 0)}")
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read() if length is None else f.read(length)
-    except OSError as e:
-        raise OnnxImportError(f"{name}: cannot read external data {location!r}: {e.strerror or e}") from None
+        return _read_checked(fd, offset, length, what)
+    finally:
+        os.close(fd)
 
 
-def safe_external_path(base_dir: str | os.PathLike, location: str, what: str = "external data") -> Path:
-    """`location` as a file inside `base_dir`; refused when it is absolute, contains '..',
-    or resolves outside the directory (a symlink pointing out)."""
-    loc = Path(location)
-    if loc.is_absolute() or location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
+def location_parts(location: str, what: str = "external data") -> list[str]:
+    """The path components of an external data location; refused when it is absolute or
+    climbs out with '..'."""
+    if location.startswith(("/", "\\")) or Path(location).is_absolute() or (len(location) > 1 and location[1] == ":"):
         raise OnnxImportError(f"{what}: external data location {location!r} is an absolute path; only "
                               "files in the model's directory are read")
-    if ".." in Path(location.replace("\\", "/")).parts:
+    parts = [p for p in location.replace("\\", "/").split("/") if p not in ("", ".")]
+    if ".." in parts:
         raise OnnxImportError(f"{what}: external data location {location!r} leaves the model's directory")
-    base = Path(base_dir).resolve()
-    path = (base / loc).resolve()
-    if base != path and base not in path.parents:
-        raise OnnxImportError(f"{what}: external data location {location!r} resolves to {str(path)!r}, "
-                              "outside the model's directory")
-    if not path.is_file():
-        raise OnnxImportError(f"{what}: external data file {location!r} does not exist in {str(base)!r}")
-    return path
+    if not parts:
+        raise OnnxImportError(f"{what}: external data location {location!r} names no file")
+    return parts
+
+
+def _open_inside(base_dir, parts: list[str], what: str) -> int:
+    """A descriptor of the file at `parts` under `base_dir`, each component opened relative to
+    the one before without following symlinks: what is checked is what is read, so a file
+    swapped for a symlink between a check and an open cannot lead outside the directory."""
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        current = os.open(base_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        raise OnnxImportError(f"{what}: cannot open the model's directory: {e.strerror or e}") from None
+    try:
+        for k, part in enumerate(parts):
+            last = k == len(parts) - 1
+            flags = os.O_RDONLY | nofollow | (getattr(os, "O_NONBLOCK", 0) if last else getattr(os, "O_DIRECTORY", 0))
+            try:
+                opened = os.open(part, flags, dir_fd=current)
+            except OSError as e:
+                why = ("is a symlink, which could lead outside the model's directory (external data must be a plain file)"
+                       if e.errno in (errno.ELOOP, errno.EMLINK) or (e.errno == errno.ENOTDIR and not last)
+                       else "does not exist" if e.errno == errno.ENOENT else f"cannot be opened: {e.strerror or e}")
+                raise OnnxImportError(f"{what}: {'/'.join(parts[:k + 1])!r} {why}") from None
+            os.close(current)
+            current = opened
+        return current
+    except BaseException:
+        os.close(current)
+        raise
+
+
+def _read_checked(fd: int, offset: int, length: int | None, what: str) -> bytes:
+    """The tensor's bytes from the opened file, after checking that it is a regular file with
+    one link (as onnx's checker requires: a hard link could name a file outside) and long enough."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OnnxImportError(f"{what} is not a regular file")
+        if st.st_nlink != 1:
+            raise OnnxImportError(f"{what} has {st.st_nlink} hard links; external data must have one")
+        end = st.st_size if length is None else offset + length
+        if end > st.st_size or offset > st.st_size:
+            raise OnnxImportError(f"{what} has {st.st_size} bytes, the tensor needs bytes {offset}..{end}")
+        chunks, at = [], offset
+        while at < end:
+            chunk = os.pread(fd, end - at, at)
+            if not chunk:
+                raise OnnxImportError(f"{what} ended at byte {at} while reading bytes {offset}..{end}")
+            chunks.append(chunk)
+            at += len(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise OnnxImportError(f"{what}: cannot read: {e.strerror or e}") from None
