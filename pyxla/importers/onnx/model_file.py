@@ -190,7 +190,7 @@ def _open_inside(base_dir, parts: list[str], what: str) -> int:
             try:
                 opened = os.open(part, flags, dir_fd=current)
             except OSError as e:
-                why = ("is a symlink, which could lead outside the model's directory (external data must be a plain file)"
+                why = ("is a symlink, which could lead outside the model's directory (external data: plain files)"
                        if e.errno in (errno.ELOOP, errno.EMLINK) or (e.errno == errno.ENOTDIR and not last)
                        else "does not exist" if e.errno == errno.ENOENT else f"cannot be opened: {e.strerror or e}")
                 raise OnnxImportError(f"{what}: {'/'.join(parts[:k + 1])!r} {why}") from None
