@@ -176,9 +176,9 @@ class Lowered:
         caller passes unchanged on every call (the backend may then take it in a form of its
         own: `executable.prepare_argument`)."""
         start = time.perf_counter()
-        compiled = compile_module(self.module.clone(), donated=self._jitted.donate_argnums)
+        compiled = compile_module(self.module.clone(), donated=self.module.donated_parameters)
         executable = get_backend(self._jitted.backend).compile(compiled.module, compiled=compiled,
-                                                               donated=self._jitted.donate_argnums,
+                                                               donated=self.module.donated_parameters,
                                                                constant_parameters=constant_parameters)
         compiled.stage_seconds = {"trace": self.trace_seconds, **compiled.stage_seconds}
         if "compile" in os.environ.get("PYXLA_DEBUG", "").split(","):
@@ -263,9 +263,26 @@ class Jitted:
         else:
             root = trace.builder.tuple(*[t.instr for t in lifted])
         module = trace.builder.module(root, name=f"jit_{self.name}")
-        module.donated_parameters = self.donate_argnums
+        module.donated_parameters = self._donated_leaves(static_key, in_tree)
         verify_module(module)
         return Lowered(self, module, in_tree, out_tree, static_key, time.perf_counter() - start)
+
+    def _donated_leaves(self, static_key, in_tree) -> tuple[int, ...]:
+        """The parameter numbers of the leaves of the arguments at `donate_argnums`: an
+        argument position counts the static arguments, a parameter number only leaves."""
+        static_positions = {k for k, _ in static_key if isinstance(k, int)}
+        arg_trees = in_tree.children[0].children
+        donated, first, j = [], 0, 0
+        for position in range(len(arg_trees) + len(static_positions)):
+            if position in static_positions:
+                continue
+            if j >= len(arg_trees):
+                break
+            count = arg_trees[j].num_leaves
+            if position in self.donate_argnums:
+                donated.extend(range(first, first + count))
+            first, j = first + count, j + 1
+        return tuple(donated)
 
     def lower(self, *args, **kwargs) -> Lowered:
         static_key, leaves, in_tree = self._split_args(args, kwargs)

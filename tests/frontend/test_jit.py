@@ -244,3 +244,20 @@ def test_compile_time_is_reported_per_stage(rng, monkeypatch, capsys):
     printed = capsys.readouterr().err
     assert printed.startswith("pyxla compile ") and "LLVM optimisation" in printed
     np.testing.assert_allclose(compiled(x, x), np.exp(x.astype(np.float64)) * x, rtol=1e-6)
+
+
+def test_donate_argnums_names_argument_positions_not_leaves(rng):
+    """donate_argnums counts positional arguments (static ones included, as JAX does); a
+    donated pytree argument donates every one of its leaves, and no other parameter."""
+    def step(scale, p, x):
+        return {"w": p["w"] - scale * x, "b": p["b"] * 2.0}, x * 3.0
+
+    p = {"b": rng.standard_normal(4).astype(np.float32), "w": rng.standard_normal(4).astype(np.float32)}
+    x = rng.standard_normal(4).astype(np.float32)
+    # parameters: p["b"] 0, p["w"] 1, x 2 (the static scale is not one)
+    for donate, leaves in [((2,), (2,)), ((1,), (0, 1)), ((1, 2), (0, 1, 2)), ((0,), ())]:
+        f = pyxla.jit(step, static_argnums=0, donate_argnums=donate)
+        assert f.lower(0.1, p, x).module.donated_parameters == leaves, donate
+        out = f(0.1, p, x)
+        np.testing.assert_allclose(out[0]["w"], p["w"] - np.float32(0.1) * x, rtol=1e-6)
+        np.testing.assert_allclose(out[1], x * 3, rtol=1e-6)
