@@ -1,10 +1,14 @@
-/* A C driver for an AOT-compiled program, with no Python in it. Built with
- *   cc -O2 -include NAME.h -DPROG=NAME driver.c NAME.o -lm -lpthread
+/* A C driver for an AOT-compiled program, with no Python in it. Compiled once per program
+ * name (cc -c -DPROG=NAME driver.c), then linked with each object of that name:
+ *   cc driver.o NAME.o -lm -lpthread
+ * It declares what NAME.h declares; the counts come from the command line (the tests read
+ * them from the header's NAME_NUM_ARGS and NAME_NUM_RESULTS).
  * Modes:
- *   driver run DIR          read DIR/argI.bin, run once, write DIR/resultJ.bin
- *   driver threads DIR N    the same inputs on two threads at once, N calls each, each thread
- *                           with its own temp; every result must equal DIR/resultJ.bin
- *   driver bench DIR N      N calls after 3 warm-up calls; prints the median ms per call
+ *   driver run DIR NARGS NRESULTS          read DIR/argI.bin, run once, write DIR/resultJ.bin
+ *   driver threads DIR NARGS NRESULTS N    the same inputs on two threads at once, N calls each,
+ *                                          each with its own temp; every result must equal
+ *                                          DIR/resultJ.bin
+ *   driver bench DIR NARGS NRESULTS N      N calls after 3 warm-up calls; the median ms per call
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -14,15 +18,19 @@
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
-#define NUM_ARGS CAT(PROG, _NUM_ARGS)
-#define NUM_RESULTS CAT(PROG, _NUM_RESULTS)
 #define ARG_SIZES CAT(PROG, _arg_sizes)
 #define RESULT_SIZES CAT(PROG, _result_sizes)
 #define TEMP_SIZE CAT(PROG, _temp_size)
 #define RUN CAT(PROG, _run)
 
-static void *args[NUM_ARGS + 1];
-static void *expected[NUM_RESULTS + 1];
+extern const size_t ARG_SIZES[];
+extern const size_t RESULT_SIZES[];
+extern const size_t TEMP_SIZE;
+int RUN(const void *const *args, void *const *results, void *temp);
+
+static int NUM_ARGS, NUM_RESULTS;
+static void **args;
+static void **expected;
 
 static void *aligned(size_t n) {
     void *p = NULL;
@@ -74,8 +82,12 @@ static int by_value(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: %s run|threads|bench DIR [N]\n", argv[0]); return 2; }
+    if (argc < 5) { fprintf(stderr, "usage: %s run|threads|bench DIR NARGS NRESULTS [N]\n", argv[0]); return 2; }
     const char *dir = argv[2];
+    NUM_ARGS = atoi(argv[3]);
+    NUM_RESULTS = atoi(argv[4]);
+    args = calloc(NUM_ARGS + 1, sizeof(void *));
+    expected = calloc(NUM_RESULTS + 1, sizeof(void *));
     for (int i = 0; i < NUM_ARGS; i++) args[i] = read_file(dir, "arg", i, ARG_SIZES[i]);
     if (!strcmp(argv[1], "run")) {
         void **results = new_results();
@@ -90,7 +102,7 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
-    calls = argc > 3 ? atoi(argv[3]) : 10;
+    calls = argc > 5 ? atoi(argv[5]) : 10;
     if (!strcmp(argv[1], "threads")) {
         for (int j = 0; j < NUM_RESULTS; j++) expected[j] = read_file(dir, "result", j, RESULT_SIZES[j]);
         pthread_t t[2];

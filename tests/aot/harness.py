@@ -7,6 +7,7 @@ import functools
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,8 @@ class Program:
         text = header.read_text()
         shapes = {kind: [_shape(m) for m in re.findall(rf"^ \*   {kind} \d+: (\S+)", text, re.MULTILINE)]
                   for kind in ("arg", "result")}
+        counts = [int(re.search(rf"#define {name}_NUM_{what}\s+(\d+)", text).group(1)) for what in ("ARGS", "RESULTS")]
+        assert counts == [len(shapes["arg"]), len(shapes["result"])], "the header's counts and shapes disagree"
         return cls(name, header, folder / f"{name}.o", shapes["arg"], shapes["result"])
 
 
@@ -52,10 +55,20 @@ def build(program, folder: Path, *example_args, name: str = "prog", **options) -
     return Program.read(folder, name)
 
 
+@functools.cache
+def _driver_object(name: str) -> Path:
+    """driver.c compiled once per program name in this process."""
+    folder = Path(tempfile.mkdtemp(prefix="pyxla-aot-driver-"))
+    obj = folder / f"driver_{name}.o"
+    done = subprocess.run([CC, "-c", "-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L", f"-DPROG={name}", str(DRIVER),
+                           "-o", str(obj)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return obj
+
+
 def link_driver(prog: Program) -> Path:
     exe = prog.object.parent / f"{prog.name}_driver"
-    done = subprocess.run([CC, "-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-include", str(prog.header),
-                           f"-DPROG={prog.name}", str(DRIVER), str(prog.object), "-lm", "-lpthread", "-o", str(exe)],
+    done = subprocess.run([CC, str(_driver_object(prog.name)), str(prog.object), "-lm", "-lpthread", "-o", str(exe)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return exe
@@ -78,7 +91,10 @@ def read_results(folder: Path, prog: Program) -> list[np.ndarray]:
 
 
 def run_driver(exe: Path, folder: Path, mode: str = "run", *extra: str, timeout: float = 120) -> str:
-    done = subprocess.run([str(exe), mode, str(folder), *extra], capture_output=True, text=True, timeout=timeout)
+    prog = Program.read(folder, exe.name.removesuffix("_driver"))
+    counts = [str(len(prog.arg_shapes)), str(len(prog.result_shapes))]
+    done = subprocess.run([str(exe), mode, str(folder), *counts, *extra], capture_output=True, text=True,
+                          timeout=timeout)
     assert done.returncode == 0, f"{exe.name} {mode}: exit {done.returncode}: {done.stderr}"
     return done.stdout
 
