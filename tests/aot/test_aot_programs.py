@@ -213,3 +213,16 @@ def test_build_from_a_function_and_link(tmp_path):
     run_driver(exe, tmp_path)
     assert np.frombuffer((tmp_path / "result0.bin").read_bytes(), np.float32).tolist() == (x * 2).ravel().tolist()
     assert np.frombuffer((tmp_path / "result1.bin").read_bytes(), np.float32).tolist() == [15.0]
+
+
+def test_threads_option_after_the_jit_started_its_pool(tmp_path):
+    """--threads decides how kernels are cut even in a process whose JIT pool is running:
+    with one thread the object has no pool at all."""
+    rng = np.random.default_rng(2)
+    args = _mlp_inputs(rng)
+    pyxla.jit(mlp)(*args)   # the JIT's pool starts here (on a machine with several cores)
+    results, prog, _ = run_program(pyxla.jit(mlp), tmp_path, args, *args, name="mlp", threads=1)
+    assert "no worker pool" in prog.header.read_text()
+    assert "pthread_create" not in subprocess.run(["nm", "-u", str(prog.object)], capture_output=True,
+                                                  text=True).stdout
+    np.testing.assert_allclose(results[0], np.asarray(pyxla.jit(mlp)(*args)), rtol=2e-5, atol=2e-5)

@@ -426,11 +426,11 @@ _pool_lock = threading.Lock()
 def worker_pool() -> WorkerPool | None:
     """The process's pool, started on first use; None when kernels run on one thread."""
     global _pool
-    if _pool is not None:
-        return _pool
     aot = aot_emission()
     if aot is not None:   # code for an object file: its own pool, planned for the object's threads
         return aot.pool
+    if _pool is not None:
+        return _pool
     threads = thread_count()
     if threads == 1:
         return None
