@@ -45,3 +45,19 @@ def test_links_resolve_inside_the_repository(page):
 
 def test_the_check_reads_links():
     assert any("docs/" in target for target in _links(ROOT / "README.md"))
+
+
+def test_readme_python_examples_run(capsys):
+    """The README's Python blocks run, in order, in one namespace (the second builds on the
+    first's imports and parameters), and compute what they say."""
+    import numpy as np
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(blocks) >= 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    probs = np.asarray(namespace["probs"])
+    assert probs.shape == (32, 10) and np.allclose(probs.sum(axis=1), 1, atol=1e-5)
+    assert "HloModule" in capsys.readouterr().out
+    assert np.isfinite(float(namespace["loss"]))
