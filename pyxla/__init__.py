@@ -44,6 +44,7 @@ from .frontend import (  # noqa: F401
 )
 from .frontend.array import Array  # noqa: F401  (what pyxla.numpy returns eagerly: an ndarray with .at)
 from .lax import stop_gradient  # noqa: F401
+from .runtime.disk_cache import CacheWarning  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -28,13 +28,14 @@ import numpy as np
 
 from .backends import available_backends, get_backend
 from .errors import PyxlaError
+from .hlo.lexer import decode_text
 from .hlo.printer import print_module
 from .hlo.shape import ArrayShape
 from .hlo.verifier import verify_module
 
 
 def _read_module(path: str):
-    text = Path(path).read_text()
+    text = decode_text(Path(path).read_bytes(), path)   # a stray byte: a ParseError at its line
     if path.endswith(".mlir"):
         from .hlo.stablehlo import parse_stablehlo
         return parse_stablehlo(text, source=path)
@@ -214,6 +215,25 @@ def cmd_aot(ns) -> int:
     return 0
 
 
+def cmd_cache(ns) -> int:
+    """The on-disk cache of compiled code (docs/cache.md): where it is, what it holds, emptying it."""
+    from .runtime import disk_cache
+
+    if ns.action == "clear":
+        print(f"removed {disk_cache.clear()} entries from {disk_cache.cache_directory()}")
+        return 0
+    summary = disk_cache.info()
+    if summary["directory"] is None:
+        print("the cache is off (PYXLA_CACHE_DIR is empty)")
+        return 0
+    print(f"directory: {summary['directory']}{'' if summary['usable'] else ' (refused: see the warning)'}")
+    print(f"{summary['entries']} entries, {summary['bytes']} bytes; limit {summary['max_bytes']} bytes "
+          "(PYXLA_CACHE_MAX_BYTES)")
+    for kind, counts in sorted(summary["kinds"].items()):
+        print(f"  {kind}: {counts['entries']} entries, {counts['bytes']} bytes")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyxla", description="pyxla, an XLA-style compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -266,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--backend", default="cpu", choices=available_backends())
     check.add_argument("--level", default="both", choices=["module", "optimized", "stablehlo", "both", "all"])
     check.set_defaults(func=cmd_check)
+
+    cache = sub.add_parser("cache", help="show (info) or empty (clear) the on-disk cache of compiled code")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.set_defaults(func=cmd_cache)
     return parser
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 import llvmlite
@@ -107,27 +108,88 @@ class LlvmJit:
         seconds = {"LLVM optimisation": optimised_at - start, "machine code": time.perf_counter() - optimised_at}
         return CompiledIr(optimised, assembly, addresses, seconds)
 
+    def _engine_machine(self) -> llvm.TargetMachine:
+        """A target machine like the shared one, for one engine (an engine owns its machine
+        and disposes of it with itself)."""
+        return llvm.Target.from_default_triple().create_target_machine(
+            cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault")
+
+    def emit_object(self, ir_text: str, want_assembly: bool = False) -> tuple[bytes, str, str | None, dict]:
+        """Optimise `ir_text` and make it a relocatable object for this host: (the object,
+        the optimised IR and the assembly when asked for, the seconds of each stage)."""
+        start = time.perf_counter()
+        module = self._optimised(ir_text)
+        optimised = str(module) if want_assembly else ""
+        assembly = self.target_machine.emit_assembly(llvm.parse_assembly(optimised)) if want_assembly else None
+        optimised_at = time.perf_counter()
+        obj = self._engine_machine().emit_object(module)
+        return obj, optimised, assembly, {"LLVM optimisation": optimised_at - start,
+                                          "machine code": time.perf_counter() - optimised_at}
+
+    def load_object(self, obj: bytes, functions: tuple[str, ...], symbols: dict[str, int] | None = None) -> LoadedCode:
+        """Load a relocatable object into an engine of its own and give the addresses of
+        `functions`; its undefined `symbols` resolve to the addresses given. The machine code
+        lives as long as the returned LoadedCode. Raises RuntimeError when a function is
+        missing."""
+        for name, address in (symbols or {}).items():
+            llvm.add_symbol(name, address)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._engine_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        addresses = {fn: engine.get_function_address(fn) for fn in functions}
+        missing = [fn for fn, address in addresses.items() if not address]
+        if missing:
+            engine.close()
+            raise RuntimeError(f"the object code lacks {', '.join(missing)}")
+        return LoadedCode(engine, addresses)
+
     def compile_helper(self, name: str, ir_text: str, functions: tuple[str, ...]) -> dict[str, int]:
         """Load a runtime helper module and give the addresses of `functions`. Its object code
         comes from the on-disk cache when this host compiled the same IR with the same LLVM
         before; otherwise it is compiled here and kept there. The key holds the IR text and
         everything else that decides the machine code (LLVM and llvmlite versions, target
-        triple, CPU name and features, the host function attributes)."""
+        triple, CPU name and features, the host function attributes). A helper stays loaded
+        for the life of the process."""
         key = disk_cache.make_key(OBJECT_FORMAT, ir_text, llvmlite.__version__,
                                   ".".join(map(str, llvm.llvm_version_info)),
                                   llvm.get_process_triple(), self.cpu, self.features, self.function_attributes)
         obj = disk_cache.load(name, key)
+        if obj is not None:
+            try:
+                loaded = self.load_object(obj, functions)
+            except RuntimeError as e:
+                disk_cache.discard(name, key, f"unusable ({e})")
+                obj = None
         if obj is None:
-            obj = self.target_machine.emit_object(self._optimised(ir_text))
+            obj = self.emit_object(ir_text)[0]
             disk_cache.store(name, key, obj)
-        with _lock:
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            self.engine.finalize_object()
-            addresses = {fn: self.engine.get_function_address(fn) for fn in functions}
-        missing = [fn for fn, address in addresses.items() if not address]
-        if missing:
-            raise RuntimeError(f"the {name} helper's object code lacks {', '.join(missing)}")
-        return addresses
+            loaded = self.load_object(obj, functions)
+        _helpers.append(loaded)
+        return loaded.addresses
+
+
+_helpers: list[LoadedCode] = []    # the runtime's helpers, loaded for good
+_live_engines = [0]
+
+
+class LoadedCode:
+    """Machine code loaded into an engine of its own, freed when this object is dropped."""
+
+    def __init__(self, engine: llvm.ExecutionEngine, addresses: dict[str, int]):
+        self.engine = engine
+        self.addresses = addresses
+        _live_engines[0] += 1
+        weakref.finalize(self, _engine_gone, engine)
+
+
+def _engine_gone(engine: llvm.ExecutionEngine) -> None:
+    _live_engines[0] -= 1
+    engine.close()
+
+
+def live_engines() -> int:
+    """How many engines (helpers' and executables') hold machine code in this process now."""
+    return _live_engines[0]
 
 
 OBJECT_FORMAT = "helper-object-2"   # changed whenever the way helpers are compiled changes (2: no LSR)
