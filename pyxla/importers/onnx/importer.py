@@ -160,6 +160,20 @@ def outer_names(graph) -> set[str]:
     return used - local
 
 
+def check_opsets_known(opsets: Mapping[str, int]) -> None:
+    """Refuses an opset of ONNX's own domains newer than the installed onnx defines: its
+    operators' schemas (types, attributes, function bodies) are unknown, so nothing could
+    check or expand them, and a converter would guess."""
+    import onnx
+
+    newest = {DEFAULT_DOMAIN: onnx.defs.onnx_opset_version(), "ai.onnx.ml": onnx.defs.onnx_ml_opset_version()}
+    for domain, version in opsets.items():
+        if domain in newest and version > newest[domain]:
+            name = "the default domain (ai.onnx)" if domain == DEFAULT_DOMAIN else f"domain {domain!r}"
+            raise OnnxImportError(f"the model imports opset {version} of {name}, but the installed onnx "
+                                  f"{onnx.__version__} knows opsets up to {newest[domain]}")
+
+
 class GraphImporter:
     """Converts a model's graphs node by node; shared by the main graph and the subgraphs of
     control-flow operators (If, Loop, Scan call `run_subgraph`)."""
@@ -169,6 +183,7 @@ class GraphImporter:
         self.opsets: dict[str, int] = {}
         for imp in model.opset_import:
             self.opsets[canonical_domain(imp.domain)] = int(imp.version)
+        check_opsets_known(self.opsets)
         self.functions = {(canonical_domain(f.domain), f.name): f for f in model.functions}
         # id(graph) -> (graph, its steps); holding the graph keeps its id from being reused
         self._steps: dict[int, tuple[Any, list[NodeStep]]] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,16 +68,92 @@ def load_model(source, base_dir: str | os.PathLike | None = None, check: bool = 
 
 
 def check_model(model) -> None:
-    """onnx.checker's structural checks (types, attributes, opset imports, graph wiring)."""
+    """onnx.checker's full check: the structural checks (types, attributes, opset imports,
+    graph wiring) and strict shape and type inference, which refuses what ONNX runtimes
+    refuse (a Conv with integer weights, Gather with float indices, a Loop whose condition
+    does not match its body's). A refusal is an OnnxImportError with the checker's message
+    and the node it names."""
     import onnx
 
     if model.ByteSize() >= _PROTOBUF_LIMIT:
         return       # the checker cannot serialize it; the importer still checks every node
+    error = _checker_error(model)
+    if error is not None and isinstance(error, onnx.shape_inference.InferenceError):
+        # ONNX's inference does not give a function-defined operator's body the schema's
+        # default for an attribute the node leaves unset (MeanVarianceNormalization's
+        # `axes`, referenced by the body's Constant), so a valid model fails it; the
+        # importer expands bodies with defaults, so check it the same way.
+        filled = _with_function_defaults(model)
+        if filled is not None and _checker_error(filled) is None:
+            return
+    if error is not None:
+        raise OnnxImportError(f"the ONNX model is malformed: {_checker_message(model, error)}")
+
+
+def _checker_error(model) -> Exception | None:
+    import onnx
+
     try:
-        onnx.checker.check_model(model)
-    except (onnx.checker.ValidationError, onnx.onnx_cpp2py_export.checker.ValidationError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise OnnxImportError(f"the ONNX model is malformed: {first}") from None
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        return e
+    return None
+
+
+def _checker_message(model, error: Exception) -> str:
+    """The checker's message on one line, led by the node it is about: the one ONNX names,
+    or, for an unnamed node, the one node of the main graph with the op type it gives."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    message = " ".join(lines) if lines else type(error).__name__
+    found = re.search(r"\(op_type:([A-Za-z0-9_]+)(?:, node name: ([^)]*))?\)", message)
+    if found is None:
+        return message
+    op_type, name = found.group(1), found.group(2)
+    if not name:
+        matches = [k for k, node in enumerate(model.graph.node) if node.op_type == op_type]
+        if len(matches) != 1:
+            return message
+        name = f"{op_type} #{matches[0]}"
+    return f"node {name!r} ({op_type}): {message}"
+
+
+def _with_function_defaults(model):
+    """A copy of the model whose nodes of function-defined operators carry every attribute
+    their schema gives a default, or None when no node lacks one."""
+    import onnx
+    from onnx import helper
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    opsets = {imp.domain or "": int(imp.version) for imp in copy.opset_import}
+    changed = False
+    for node in _all_nodes(copy.graph):
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        if domain not in opsets:
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets[domain], domain)
+        except onnx.defs.SchemaError:
+            continue
+        if not (schema.has_function or schema.has_context_dependent_function):
+            continue
+        present = {a.name for a in node.attribute}
+        for name, attr in schema.attributes.items():
+            default = attr.default_value
+            if name not in present and default.type:
+                node.attribute.append(helper.make_attribute(name, helper.get_attribute_value(default)))
+                changed = True
+    return copy if changed else None
+
+
+def _all_nodes(graph) -> Iterator:
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _all_nodes(attr.g)
+            for g in attr.graphs:
+                yield from _all_nodes(g)
 
 
 # --- tensors ------------------------------------------------------------------------------

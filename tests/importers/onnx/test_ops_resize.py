@@ -50,8 +50,7 @@ def test_resize_axes_and_aspect_policy(rng, policy):
 
 def test_resize_tf_crop_and_resize(rng):
     roi = np.array([0, 0, 0.2, 0.3, 1, 1, 0.9, 1.2], np.float32)
-    check("Resize", {"x": image(rng, 1, 1, 5, 5), "roi": roi, "sizes": None, "scales": None} |
-          {"sizes": np.array([1, 1, 3, 4])},
+    check("Resize", {"x": image(rng, 1, 1, 5, 5), "roi": roi, "scales": None, "sizes": np.array([1, 1, 3, 4])},
           {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": 2.5},
           opset=13, known=["roi", "sizes"], rtol=1e-4, atol=1e-5)
 

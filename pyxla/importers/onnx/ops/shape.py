@@ -49,6 +49,8 @@ def reshape_target(ctx, dims, target, allowzero=False):
 @converter("Reshape", since=5)
 def reshape(ctx, x, target):
     allowzero = ctx.attr("allowzero", 0)
+    if len(shape_of(target)) != 1:      # ONNX: a 1-D shape tensor (onnxruntime refuses others)
+        raise ctx.error(f"the shape input must be 1-D, got shape {tuple(shape_of(target))}")
     return ctx.xp.reshape(x, reshape_target(ctx, shape_of(x), ints(ctx, target, "shape"), bool(allowzero)))
 
 
