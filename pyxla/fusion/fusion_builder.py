@@ -5,9 +5,12 @@ computation whose parameters receive them, in operand order.
 """
 from __future__ import annotations
 
+from typing import cast
+
 from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
+from ..hlo.shape import TupleShape
 from ..passes.call_inliner import inline_computation
 
 
@@ -50,6 +53,105 @@ def make_fusion(module: HloModule, instr: HloInstruction) -> HloInstruction:
     parent.replace_instruction(instr, fusion)
     module.computations.insert(module.computations.index(parent), comp)
     return fusion
+
+
+def prepare_fusions(module: HloModule) -> bool:
+    """Fusions a module arrives with (hand-written or XLA-dumped HLO) in the form fusion
+    builds: multi-output loop fusions split, and no fused computation shared."""
+    changed = split_loop_multi_output(module)
+    return unshare_fused_computations(module) or changed
+
+
+def split_loop_multi_output(module: HloModule) -> bool:
+    """Replace each fusion whose root is a tuple of arrays and that holds no reduction (XLA's
+    multi-output loop fusion) by one fusion per output: backends compile tuple roots only
+    for the row kernels of multi-output reductions. An output that is a parameter is the
+    fusion's operand itself."""
+    changed = False
+    for comp in list(module.computations):
+        for fusion in [i for i in comp.instructions if i.opcode == "fusion"]:
+            fused: HloComputation = fusion.attrs["calls"]
+            root = fused.root
+            if (root is None or root.opcode != "tuple" or any(isinstance(o.shape, TupleShape) for o in root.operands)
+                    or any(i.opcode == "reduce" for i in fused.instructions)):
+                continue
+            parts = [_output_part(module, fusion, out) for out in root.operands]
+            for user in list(fusion.users):
+                if user.opcode == "get-tuple-element":
+                    comp.replace_instruction(user, parts[user.attrs["index"]])
+            if fusion.users or fusion is comp.root:
+                comp.replace_instruction(fusion, comp.add_instruction(
+                    HloInstruction(module.fresh_name("tuple"), "tuple", fusion.shape, parts)))
+            else:
+                comp.remove_instruction(fusion)
+            if not any(i.attrs.get("calls") is fused for c in module.computations for i in c.instructions):
+                module.computations.remove(fused)
+            comp.sort_topologically()
+            changed = True
+    return changed
+
+
+def _output_part(module: HloModule, fusion: HloInstruction, out: HloInstruction) -> HloInstruction:
+    """A fusion computing the one output `out` of `fusion`'s computation (its operands are
+    all of `fusion`'s), or the operand that `out` passes through."""
+    if out.opcode == "parameter":
+        return fusion.operands[cast(int, out.parameter_number)]
+    fused: HloComputation = fusion.attrs["calls"]
+    part = HloComputation(module.fresh_name(fused.name))
+    part.is_fusion_computation = True
+    needed: set[int] = set()
+    stack = [out]
+    while stack:
+        instr = stack.pop()
+        if id(instr) not in needed:
+            needed.add(id(instr))
+            stack.extend(instr.operands)
+    mapping: dict[int, HloInstruction] = {}
+    for p in fused.parameters:      # every parameter, so the part takes the fusion's operands
+        mapping[id(p)] = part.add_instruction(HloInstruction(module.fresh_name(p.name), "parameter", p.shape,
+                                                             parameter_number=p.parameter_number))
+    for instr in fused.post_order():
+        if id(instr) in needed and instr.opcode != "parameter":
+            mapping[id(instr)] = _clone_into(module, part, instr, [mapping[id(o)] for o in instr.operands])
+    part.root = mapping[id(out)]
+    new = HloInstruction(module.fresh_name("fusion"), "fusion", out.shape, list(fusion.operands),
+                         {**{k: v for k, v in fusion.attrs.items() if k != "control-predecessors"},
+                          "kind": fusion_kind(part), "calls": part})
+    fusion.parent.add_instruction(new)
+    module.computations.insert(module.computations.index(fused), part)
+    return new
+
+
+def unshare_fused_computations(module: HloModule) -> bool:
+    """Give every fusion instruction a fused computation of its own.
+
+    Fusion edits a fusion's computation in place (pulling producers in, merging siblings)
+    and drops it when the fusion goes; XLA never emits two fusions calling one computation,
+    but hand-written HLO may, and there an edit meant for one fusion would change the
+    other's kernel, or remove the computation it still calls."""
+    seen: set[int] = set()
+    changed = False
+    for comp in list(module.computations):
+        for instr in comp.instructions:
+            if instr.opcode != "fusion":
+                continue
+            called: HloComputation = instr.attrs["calls"]
+            if id(called) in seen:
+                instr.attrs["calls"] = _copy_fused_computation(module, called)
+                module.computations.insert(module.computations.index(called), instr.attrs["calls"])
+                changed = True
+            seen.add(id(called))
+    return changed
+
+
+def _copy_fused_computation(module: HloModule, comp: HloComputation) -> HloComputation:
+    copy = HloComputation(module.fresh_name(comp.name))
+    copy.is_fusion_computation = True
+    params = {p.parameter_number: copy.add_instruction(HloInstruction(module.fresh_name(p.name), "parameter",
+                                                                      p.shape, parameter_number=p.parameter_number))
+              for p in comp.parameters}
+    copy.root = inline_computation(module, copy, comp, [params[k] for k in range(len(params))])
+    return copy
 
 
 def fuse_producer(module: HloModule, fusion: HloInstruction, producer: HloInstruction) -> None:

@@ -19,7 +19,7 @@ from ..hlo.module import HloModule
 from ..hlo.ops import op_def
 from ..hlo.shape import ArrayShape
 from ..passes.hlo_pass import HloPass
-from .fusion_builder import fuse_producer, make_fusion
+from .fusion_builder import fuse_producer, make_fusion, prepare_fusions
 from .policy import FusionPolicy
 
 CONSUMER_KINDS = frozenset({"elementwise", "broadcast", "injective", "reduce"})
@@ -92,7 +92,7 @@ def fusion_pass(policy: FusionPolicy | None = None, log: FusionLog | None = None
 
     def run(module: HloModule) -> bool:
         decisions = log or FusionLog()
-        changed = False
+        changed = prepare_fusions(module)
         for comp in list(module.computations):
             if comp.is_fusion_computation or _is_scalar_computation(module, comp):
                 continue

@@ -14,7 +14,7 @@ from ..hlo.module import HloModule
 from ..hlo.shape import TupleShape
 from ..passes.call_inliner import inline_computation
 from ..passes.hlo_pass import HloPass
-from .fusion_builder import make_fusion
+from .fusion_builder import make_fusion, prepare_fusions
 
 
 def _reduce_signature(instr: HloInstruction):
@@ -85,7 +85,7 @@ def merge_siblings(module: HloModule, a: HloInstruction, b: HloInstruction) -> H
 
 
 def _run(module: HloModule) -> bool:
-    changed = False
+    changed = prepare_fusions(module)      # merging removes the siblings' computations
     for comp in list(module.computations):
         if comp.is_fusion_computation:
             continue
