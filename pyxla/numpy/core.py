@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import TraceError
-from ..frontend.tracing import Tracer, bind, current_trace, where
+from ..frontend.tracing import SequenceOperandError, Tracer, bind, current_trace, where
 from ..hlo.builder import scalar_computation
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
@@ -106,10 +106,47 @@ def supported_dtype(name: str, dtype: Any) -> np.dtype:
     return dtype
 
 
-def operand(name: str, x: Any) -> Any:
-    """`x` as an operand: a Tracer, a Python scalar (weak) or a NumPy array of a supported dtype."""
+def holds_array(x: Any) -> bool:
+    """Whether a (nested) list or tuple holds an array: a Tracer inside a trace, an ndarray
+    or NumPy scalar (the same program's values) outside one; Python numbers are data."""
+    if isinstance(x, (list, tuple)):
+        return any(holds_array(v) for v in x)
+    return isinstance(x, (Tracer, np.ndarray, np.generic))
+
+
+def _refuse_list_argument(x: list | tuple) -> None:
+    """A list that is a jitted function's own list argument (a pytree of traced scalars) is
+    refused naming that argument (SequenceOperandError, a TypeError too)."""
+    for leaf in list_leaves(x):
+        if isinstance(leaf, Tracer):
+            found = getattr(leaf.trace, "sequence_leaves", {}).get(id(leaf.instr))
+            if found is not None:
+                raise SequenceOperandError(*found)
+
+
+def list_leaves(x: Any) -> list:
+    """The elements of a (nested) list or tuple, depth first; anything else is its own one."""
+    if isinstance(x, (list, tuple)):
+        return [leaf for v in x for leaf in list_leaves(v)]
+    return [x]
+
+
+def operand(name: str, x: Any, position: int | None = None) -> Any:
+    """`x` as an operand: a Tracer, a Python scalar (weak) or a NumPy array of a supported dtype.
+
+    A list or tuple holding arrays is refused with JAX's TypeError: NumPy would convert it
+    element by element, which a traced element cannot be (a confusing ConcretizationError),
+    and eagerly it would build an array jit could not, so both say the same.
+    pyxla.numpy.asarray / array / stack make an array of such a list. `position` is the
+    argument's place in the call, for the message."""
     if isinstance(x, Tracer) or is_python_scalar(x):
         return x
+    if isinstance(x, (list, tuple)) and holds_array(x):
+        _refuse_list_argument(x)
+        at = "" if position is None else f" at position {position}"
+        raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)}{at}. "
+                        f"(pyxla.numpy.{name}: a {type(x).__name__} of arrays is not an array; make one with "
+                        f"pyxla.numpy.asarray or pyxla.numpy.stack{where()})")
     if isinstance(x, complex):
         raise TypeError(f"pyxla.numpy.{name}: complex numbers are not supported")
     arr = np.asarray(x)

@@ -20,6 +20,9 @@ from .core import (
     dtype_of,
     element_shape,
     export,
+    holds_array,
+    is_python_scalar,
+    list_leaves,
     operand,
     result_type,
     shape_of,
@@ -104,23 +107,36 @@ def full_like(a, fill_value, dtype=None, shape=None):
 
 # --- from data --------------------------------------------------------------------------------
 
-def _contains_tracer(a: Any) -> bool:
+def _stacked(a: Any, dtype: np.dtype) -> Any:
+    """A (nested) list holding Tracers as one array of `dtype`, stacked level by level."""
+    if isinstance(a, (list, tuple)):
+        from .manipulation import stack
+        return stack([_stacked(x, dtype) for x in a])
     if isinstance(a, Tracer):
-        return True
-    return isinstance(a, (list, tuple)) and any(_contains_tracer(x) for x in a)
+        return convert(a, dtype)
+    operand("asarray", a)     # rejects complex, strings and objects with a clear message
+    return convert(a if is_python_scalar(a) else np.asarray(a), dtype)
 
 
 @export
 def asarray(a, dtype=None, order=None, copy=None):
     """`a` as an array. A Tracer stays traced (converted to `dtype`); concrete data gives a
-    concrete pyxla.Array, even inside a trace; a list holding Tracers is stacked."""
+    concrete pyxla.Array, even inside a trace; a (nested) list holding Tracers is stacked.
+
+    A list mixing arrays and Python scalars takes the arrays' dtype, the scalars weak (as
+    in JAX: [x[0], 2.0] with x float32 is float32), traced or not, so jit and eager agree."""
     from ..frontend.array import Array
     if isinstance(a, Tracer):
         return a if dtype is None else convert(a, supported_dtype("asarray", dtype))
-    if _contains_tracer(a):
-        from .manipulation import stack
-        out = stack([asarray(x) for x in a])
-        return out if dtype is None else convert(out, supported_dtype("asarray", dtype))
+    if isinstance(a, (list, tuple)) and holds_array(a):
+        leaves = list_leaves(a)
+        if dtype is None:
+            for leaf in leaves:
+                operand("asarray", leaf)
+            dtype = result_type(*leaves)
+        dtype = supported_dtype("asarray", dtype)
+        if any(isinstance(leaf, Tracer) for leaf in leaves):
+            return _stacked(a, dtype)
     arr = np.asarray(a, dtype=dtype)
     operand("asarray", arr)   # rejects complex, strings and objects with a clear message
     return arr.view(Array)

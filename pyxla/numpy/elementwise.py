@@ -78,7 +78,7 @@ def apply_ufunc(name: str, ufunc: np.ufunc, impl: Callable, args: tuple, dtype: 
                 promote: bool = True) -> Any:
     """`impl` applied as NumPy applies `ufunc` (see the module doc). `promote=False` keeps
     each operand's own dtype (ldexp takes a float and an int)."""
-    xs = [operand(name, a) for a in args]
+    xs = [operand(name, a, i) for i, a in enumerate(args)]
     dtypes = operand_dtypes(xs) if promote else [dtype_of(x) for x in xs]
     if dtype is not None:
         dtypes = [supported_dtype(name, dtype)] * len(xs)
@@ -520,7 +520,7 @@ def where(condition, x=None, y=None):
         return nonzero(condition)
     if x is None or y is None:
         raise ValueError("pyxla.numpy.where takes either one or three arguments")
-    cond, xv, yv = (operand("where", v) for v in (condition, x, y))
+    cond, xv, yv = (operand("where", v, i) for i, v in enumerate((condition, x, y)))
     dt = result_type(xv, yv)
     shape = broadcast_shapes("where", shape_of(cond), shape_of(xv), shape_of(yv))
     cond = _truth(np.asarray(cond) if is_python_scalar(cond) else cond)

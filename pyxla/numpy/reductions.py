@@ -48,7 +48,7 @@ from .core import (
 
 
 def _array(name: str, a: Any) -> Any:
-    a = operand(name, a)
+    a = operand(name, a, 0)
     return np.asarray(a) if isinstance(a, (bool, int, float)) else a
 
 
