@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from pathlib import Path
 
 from ...compiler import CompiledModule, compile_module
 from ...hlo.module import HloModule
+from ...hlo.printer import print_module
 from ...hlo.verifier import verify_module
 from .codegen import ModuleCodegen
 
 # Importing these registers their kernels and elemental rules with codegen.
 from .conv import depthwise, planes, pointwise, tiles, winograd  # noqa: F401
 from .ops import indexing, rng, sorting, windows  # noqa: F401
+from .runtime import kernel_profile
 from .runtime.executable import CpuExecutable
+from .runtime.executable_cache import compile_entry
 from .runtime.llvm_jit import host_jit
 from .runtime.parameter_forms import choose_parameter_forms
 
@@ -42,29 +44,29 @@ class CpuBackend:
         if compiled is None:
             compiled = compile_module(module.clone(), donated=donated)
         module, buffers = compiled.module, compiled.buffers
-        start = time.perf_counter()
         forms = choose_parameter_forms(module, frozenset(constant_parameters))
         codegen = ModuleCodegen(module, buffers, forms)
         codegen.entry_name = f"entry_{next(_module_numbers)}"   # unique among the process's JIT modules
-        ir_text = codegen.emit()
-        compiled.stage_seconds["LLVM IR emission"] = time.perf_counter() - start
         jit = host_jit()
         dump = os.environ.get("PYXLA_DUMP")
-        profile = codegen.profile
-        symbols = (profile.counters_name, profile.clock_name) if profile else ()
-        result = jit.compile(ir_text, want_assembly=bool(dump), functions=(codegen.entry_name, *symbols))
-        compiled.stage_seconds.update(result.stage_seconds)
+        # the executable cache (runtime/executable_cache.py), unless the IR and assembly are
+        # to be dumped or kernels profiled: those need the code emitted here
+        use_cache = not dump and not kernel_profile.enabled()
+        text = print_module(module, print_metadata=False) if use_cache else ""
+        options = (tuple(donated), tuple(sorted(constant_parameters)), sorted(map(str, forms.items())))
+        native = compile_entry(jit, codegen, text, options, compiled.stage_seconds, use_cache, bool(dump))
         if dump:
             folder = Path(dump) / module.name
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "llvm-ir.ll").write_text(ir_text)
-            (folder / "llvm-ir.optimized.ll").write_text(result.optimised_ir)
-            (folder / "assembly.s").write_text(result.assembly or "")
+            (folder / "llvm-ir.ll").write_text(str(codegen.ir))
+            (folder / "llvm-ir.optimized.ll").write_text(native.optimised_ir)
+            (folder / "assembly.s").write_text(native.assembly or "")
         sizes = [b.size for b in codegen.output_buffers]
-        executable = CpuExecutable(module, result.addresses[codegen.entry_name], codegen.outputs, sizes,
-                                   codegen.arena_size, jit, forms)
+        executable = CpuExecutable(module, native.loaded.addresses[native.entry], codegen.outputs, sizes,
+                                   native.arena_size, native.loaded, forms)
+        profile = codegen.profile
         if profile:
-            profile.attach(*(result.addresses[name] for name in symbols))
+            profile.attach(*(native.loaded.addresses[name] for name in (profile.counters_name, profile.clock_name)))
             executable.profile = profile
         return executable
 

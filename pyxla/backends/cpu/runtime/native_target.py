@@ -43,6 +43,11 @@ class AotEmission:
 
 _state = threading.local()
 
+# address in this process -> the helper's symbol, for every helper the JIT's code has called
+# by address: the executable cache names them by symbol in the objects it keeps
+# (executable_cache.py), as an object file does.
+EMITTED_ADDRESSES: dict[int, str] = {}
+
 
 def aot_emission() -> AotEmission | None:
     """The AOT emission in progress on this thread, or None (the JIT target)."""
@@ -67,7 +72,9 @@ def native_function(b: ir.IRBuilder, fn_type: ir.FunctionType, symbol: str, addr
     `symbol`, whose defining module (`helper_ir()`) is recorded to be linked in."""
     aot = aot_emission()
     if aot is None:
-        return FunctionPointer(b.inttoptr(i64(address()), PTR), fn_type)
+        value = address()
+        EMITTED_ADDRESSES[value] = symbol
+        return FunctionPointer(b.inttoptr(i64(value), PTR), fn_type)
     if helper_ir is not None:
         aot.helpers.setdefault(symbol, helper_ir)
     module = b.module

@@ -1,0 +1,195 @@
+"""The persistent executable cache: a compiled module's machine code kept on disk
+(pyxla/runtime/disk_cache.py, kind "executable"), so a process that compiles a module this
+host compiled before skips LLVM's optimisation and code generation and loads the object.
+
+The key hashes everything the machine code depends on: the optimised, scheduled module's
+text (after the compiler driver: passes, fusion, schedule), the donated and constant
+parameters, the backend's options (the threads kernels are cut for, the vector width and
+function attributes, PYXLA_WINOGRAD), the target (triple, CPU name, features), and the
+versions of pyxla (its number and a hash of its source), llvmlite and LLVM.
+
+An entry's payload is JSON metadata (its length first, 8 bytes) followed by a relocatable
+object (`TargetMachine.emit_object`). Nothing in the object is an address of the process
+that wrote it: the JIT's code calls the runtime's helpers (the worker pool, GEMM, GEMV,
+BLAS) by address, and before the object is made each such `inttoptr` constant is replaced
+by a symbol `__pyxla_bound.<helper>` (the helper's AOT symbol, native_target.py), which a
+loading process binds to its own helper's address (`llvm.add_symbol`). Constants are globals
+of the module, so they live in the object; buffers come in through the entry's arguments.
+Where an address in the IR is not a known helper's the code is compiled as usual and not
+kept. The metadata holds the entry's name, the arena size, the output plan and the bound
+symbols; the output plan and parameter forms are recomputed from the module on load
+(cheap, no code is emitted) and checked against the metadata.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from ....runtime import disk_cache
+from .llvm_jit import LlvmJit, LoadedCode
+from .native_target import EMITTED_ADDRESSES
+from .parallel import PARALLEL_FOR, YIELD_CORES, thread_count, worker_pool
+
+KIND = "executable"
+FORMAT = "executable-1"
+BOUND = "__pyxla_bound."
+_ADDRESS = re.compile(r"inttoptr (\()?i64 (\d+) to ptr(?(1)\))")   # an instruction, or a constant expression
+
+
+@dataclass
+class NativeCode:
+    loaded: LoadedCode
+    entry: str
+    arena_size: int
+    cached: bool                 # loaded from the cache
+    optimised_ir: str = ""
+    assembly: str | None = None
+
+
+def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage_seconds: dict,
+                  use_cache: bool = True, want_assembly: bool = False) -> NativeCode:
+    """The native code of `codegen`'s module: from the cache when `use_cache` and an entry
+    for this key exists, else emitted, compiled, kept there (when `use_cache`) and loaded.
+    `module_text` is the optimised module's text and `options` what else decided the code."""
+    key = executable_key(jit, module_text, options) if use_cache else None
+    if key is not None:
+        start = time.perf_counter()
+        found = _load(jit, codegen, key)
+        if found is not None:
+            stage_seconds["executable cache load"] = time.perf_counter() - start
+            return found
+    start = time.perf_counter()
+    ir_text = codegen.emit()
+    stage_seconds["LLVM IR emission"] = time.perf_counter() - start
+    bound = symbolic(ir_text) if key is not None else None
+    if bound is not None:
+        ir_text, symbols = bound
+    obj, optimised, assembly, seconds = jit.emit_object(ir_text, want_assembly)
+    stage_seconds.update(seconds)
+    names = (codegen.entry_name, *((codegen.profile.counters_name, codegen.profile.clock_name)
+                                   if codegen.profile else ()))
+    if bound is None:
+        return NativeCode(jit.load_object(obj, names), codegen.entry_name, codegen.arena_size, False,
+                          optimised, assembly)
+    meta = {"format": FORMAT, "entry": codegen.entry_name, "arena_size": codegen.arena_size,
+            "outputs": _output_plan(codegen), "symbols": symbols}
+    header = json.dumps(meta, sort_keys=True).encode()
+    disk_cache.store(KIND, key, len(header).to_bytes(8, "little") + header + obj)
+    loaded = jit.load_object(obj, names, {BOUND + s: resolve(s) for s in symbols})
+    return NativeCode(loaded, codegen.entry_name, codegen.arena_size, False, optimised, assembly)
+
+
+def _output_plan(codegen) -> list:
+    sizes = [b.size for b in codegen.output_buffers]
+    return [[slot.kind, slot.index, slot.offset] for slot in codegen.outputs] + [sizes]
+
+
+def _load(jit: LlvmJit, codegen, key: str) -> NativeCode | None:
+    payload = disk_cache.load(KIND, key)
+    if payload is None:
+        return None
+    try:
+        length = int.from_bytes(payload[:8], "little")
+        meta = json.loads(payload[8:8 + length])
+        if meta.get("format") != FORMAT or meta["outputs"] != _output_plan(codegen):
+            raise ValueError("its metadata does not fit the module")
+        symbols = {BOUND + s: resolve(s) for s in meta["symbols"]}
+        loaded = jit.load_object(payload[8 + length:], (meta["entry"],), symbols)
+        return NativeCode(loaded, meta["entry"], int(meta["arena_size"]), True)
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        disk_cache.discard(KIND, key, f"unusable ({e})")
+        return None
+
+
+def symbolic(ir_text: str) -> tuple[str, list[str]] | None:
+    """`ir_text` with every helper address replaced by its bound symbol, and the symbols; None
+    when an address is not a known helper's."""
+    addresses = {int(a) for _, a in _ADDRESS.findall(ir_text)}
+    names = {a: EMITTED_ADDRESSES.get(a) for a in addresses}
+    if None in names.values():
+        names.update({a: s for a, s in _other_helpers().items() if a in addresses})
+    if None in names.values():
+        return None
+
+    def named(m: re.Match) -> str:
+        symbol = f'ptr @"{BOUND}{names[int(m.group(2))]}"'
+        return f"bitcast ({symbol} to ptr)" if m.group(1) else f"bitcast {symbol} to ptr"
+    text = _ADDRESS.sub(named, ir_text)
+    symbols = sorted(set(names.values()))
+    return text + "".join(f'\ndeclare void @"{BOUND}{s}"()' for s in symbols) + "\n", symbols
+
+
+def _other_helpers() -> dict[int, str]:
+    """Addresses of helpers that codegen calls without native_function: the pool's
+    yield_cores, SciPy's BLAS."""
+    from ..dot import blas
+    try:
+        found = {blas.gemm_address(dt): f"blas_{dt}_gemm" for dt in ("f32", "f64")}
+    except ImportError:
+        found = {}
+    pool = worker_pool()
+    if pool is not None:
+        found.update({pool.parallel_for: PARALLEL_FOR, pool.yield_cores: YIELD_CORES})
+    return found
+
+
+_GEMV = re.compile(r"pyxla_gemv_(rows|dots)_(f32|f64)_(\d+)$")
+
+
+def resolve(symbol: str) -> int:
+    """This process's address of the helper named `symbol` (loading it when needed); a
+    ValueError for an unknown one."""
+    from ..dot import blas, gemm, gemv
+    pool = worker_pool() if symbol in (PARALLEL_FOR, YIELD_CORES) else None
+    if pool is not None:
+        return pool.parallel_for if symbol == PARALLEL_FOR else pool.yield_cores
+    for dt in ("f32", "f64"):
+        if symbol == f"blas_{dt}_gemm":
+            return blas.gemm_address(dt)
+        if symbol == gemm.kernel_symbol(dt):
+            return gemm.gemm_address(dt)
+    match = _GEMV.match(symbol)
+    if match and int(match.group(3)) == 8 * _jit_vector_bytes():
+        return gemv.gemv_address(match.group(2), match.group(1) == "dots")
+    raise ValueError(f"no helper {symbol} in this process")
+
+
+def _jit_vector_bytes() -> int:
+    from .llvm_jit import host_jit
+    return host_jit().vector_bytes
+
+
+def executable_key(jit: LlvmJit, module_text: str, options: tuple) -> str | None:
+    """The cache key of a module's native code, or None when the cache is off."""
+    if disk_cache.cache_directory() is None or " at 0x" in repr(options):   # (an option printed by identity)
+        return None
+    return disk_cache.make_key(
+        FORMAT, module_text, repr(options), str(thread_count()), str(jit.vector_bytes), jit.function_attributes,
+        os.environ.get("PYXLA_WINOGRAD", ""), llvm.get_process_triple(), jit.cpu, jit.features,
+        llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)),
+        str(getattr(sys.modules.get("pyxla"), "__version__", "")), source_fingerprint())
+
+
+_fingerprint: list[str] = []
+
+
+def source_fingerprint() -> str:
+    """A hash of pyxla's Python source, so that code changed without a new version number
+    (a checkout, an edit) misses rather than loads what older code compiled."""
+    if not _fingerprint:
+        root = Path(__file__).resolve().parents[3]
+        h = hashlib.sha256()
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0")
+            h.update(path.read_bytes())
+        _fingerprint.append(h.hexdigest())
+    return _fingerprint[0]
