@@ -53,6 +53,21 @@ def skip_whitespace(text: str, pos: int) -> int:
     return m.end()
 
 
+def decode_text(data: bytes, source: str = "<hlo>") -> str:
+    """HLO text from a file's bytes (UTF-8, as XLA reads it); a byte that is not UTF-8 is a
+    ParseError at its line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[:e.start]
+        line_start = before.rfind(b"\n") + 1
+        line_end = data.find(b"\n", e.start)
+        line_text = data[line_start:line_end if line_end >= 0 else len(data)].decode("utf-8", "replace")
+        column = len(data[line_start:e.start].decode("utf-8", "replace")) + 1
+        raise ParseError(f"byte 0x{data[e.start]:02x} is not UTF-8 text ({e.reason})", before.count(b"\n") + 1,
+                         column, line_text.rstrip("\r"), source) from None
+
+
 def parse_int(digits: str) -> int:
     """int() of a decimal token; absurdly long ones (past Python's int-string limit) become a
     value far out of every range, so range checks report them."""

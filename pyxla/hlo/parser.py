@@ -45,6 +45,7 @@ from .lexer import (
     UINT,
     WINDOW_PAD,
     WORD,
+    decode_text,
     parse_int,
     skip_whitespace,
 )
@@ -87,10 +88,13 @@ _STACK_FRAME_SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations"
 T = TypeVar("T")
 
 
-def parse_module(text: str, source: str = "<hlo>") -> HloModule:
-    """Parse XLA's HLO text into an HloModule (syntax and name resolution only)."""
+def parse_module(text: str | bytes, source: str = "<hlo>") -> HloModule:
+    """Parse XLA's HLO text (a str, or a file's UTF-8 bytes) into an HloModule (syntax and name
+    resolution only)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = decode_text(bytes(text), source)
     if not isinstance(text, str):
-        raise TypeError(f"parse_module needs a str, got {type(text).__name__}")
+        raise TypeError(f"parse_module needs a str or bytes, got {type(text).__name__}")
     parser = _Parser(text, source)
     try:
         return parser.module()
@@ -98,6 +102,20 @@ def parse_module(text: str, source: str = "<hlo>") -> HloModule:
         raise
     except Exception as e:  # a parser bug must still honour the one-exception contract
         raise parser.error_at(parser.pos, f"internal parser error: {type(e).__name__}: {e}") from e
+
+
+def parse_program_shape(text: str, source: str = "entry_computation_layout") -> tuple[list[Shape], Shape]:
+    """`{(f32[2]{0}, s32[])->f32[2]{0}}` (a module's entry_computation_layout): the parameter
+    shapes and the result shape."""
+    parser = _Parser(text, source)
+    parser.expect("{", "to start the program shape")
+    params = parser.shape("the parameter shapes")
+    if not isinstance(params, TupleShape):
+        raise parser.expected("'(' to start the parameter shapes")
+    parser.expect("->", "after the parameter shapes")
+    result = parser.shape("the result shape")
+    parser.expect("}", "to close the program shape")
+    return list(params.elements), result
 
 
 def known_opcode(opcode: str) -> bool:

@@ -90,10 +90,38 @@ def print_module(module: HloModule, *, print_metadata: bool = True, print_large_
     computations = list(module.computations)
     if module.entry is not None and module.entry not in computations:
         computations.append(module.entry)
+    computations = _callees_first(computations)
     bodies = [print_computation(c, is_entry=c is module.entry, print_metadata=print_metadata,
                                 print_large_constants=print_large_constants) for c in computations]
     # XLA ends every computation with a blank line, the last one included.
     return header + "\n\n" + "".join(body + "\n\n" for body in bodies)
+
+
+def _callees_first(computations: list[HloComputation]) -> list[HloComputation]:
+    """The module's order, but each computation after those it calls: XLA's parser needs a
+    computation defined before its use, which a computation defined later in the text (or
+    added by a pass) would break."""
+    members = {id(c) for c in computations}
+    done: set[int] = set()
+    started: set[int] = set()
+    order: list[HloComputation] = []
+    for start in computations:
+        stack = [(start, False)]
+        while stack:
+            comp, expanded = stack.pop()
+            if expanded:
+                if id(comp) not in done:
+                    done.add(id(comp))
+                    order.append(comp)
+                continue
+            if id(comp) in started:   # done, or on the path (a cycle the verifier reports)
+                continue
+            started.add(id(comp))
+            stack.append((comp, True))
+            callees = [c for i in comp.instructions for c in i.called_computations()
+                       if isinstance(c, HloComputation) and id(c) in members and id(c) not in started]
+            stack.extend((c, False) for c in reversed(callees))
+    return order
 
 
 def entry_computation_layout(entry: HloComputation) -> str:
@@ -268,6 +296,10 @@ def literal_text(literal: Any, shape: Shape, print_large_constants: bool = True)
     arr = np.asarray(literal)
     if arr.ndim and arr.size > _SMALL_CONSTANT_ELEMENTS and not print_large_constants:
         return "{...}"
+    if arr.size == 0 and _empty_lists(arr.shape) > _SMALL_CONSTANT_ELEMENTS:
+        # f32[50,49,48,47,46,0] would be 5.3 million empty braces; `{...}` (zeros, as the
+        # parser reads it) loses nothing when there are no elements.
+        return "{...}"
     etype = shape.dtype if isinstance(shape, ArrayShape) else None
     if etype is not None and arr.dtype != etype.np_dtype:   # e.g. a float64 array given for f32
         with np.errstate(all="ignore"):
@@ -276,6 +308,17 @@ def literal_text(literal: Any, shape: Shape, print_large_constants: bool = True)
     if arr.ndim == 0:
         return texts[0]
     return _nested_text(texts, arr.shape)
+
+
+def _empty_lists(dims: tuple[int, ...]) -> int:
+    """How many brace pairs the literal of a zero-element array of `dims` prints."""
+    count, width = 0, 1
+    for d in dims:
+        count += width
+        width *= d
+        if width == 0:
+            break
+    return count
 
 
 def element_texts(arr: np.ndarray, etype: ElementType | None) -> list[str]:

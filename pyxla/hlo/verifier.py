@@ -22,6 +22,7 @@ def verify_module(module: HloModule) -> None:
         raise VerifierError(f"module {module.name} has no ENTRY computation")
     if module.entry not in module.computations:
         raise VerifierError(f"module {module.name}: ENTRY {module.entry.name} is not among its computations")
+    _check_entry_layout(module)
     names: dict[str, HloComputation] = {}
     for comp in module.computations:
         if comp.name in names:
@@ -36,6 +37,28 @@ def verify_module(module: HloModule) -> None:
             seen_instructions[instr.name] = comp
         verify_computation(comp, module)
     _check_no_recursion(module)
+
+
+def _check_entry_layout(module: HloModule) -> None:
+    """The header's entry_computation_layout, where given, is the ENTRY computation's signature
+    (its layouts aside: tiles and memory spaces are a device's business)."""
+    text = module.header_attrs.get("entry_computation_layout")
+    entry = module.entry
+    if text is None or entry is None or entry.root is None:
+        return
+    from ..errors import ParseError
+    from .parser import parse_program_shape
+    try:
+        params, result = parse_program_shape(text)
+    except ParseError as e:
+        raise VerifierError(f"module {module.name}: entry_computation_layout={text} does not parse: "
+                            f"{e.message}") from None
+    actual = entry.parameter_shapes()
+    if len(params) != len(actual) or not all(a.compatible(b) for a, b in zip(params, actual)) \
+            or not result.compatible(entry.result_shape):
+        signature = TupleShape(tuple(actual)).to_text(False) + "->" + entry.result_shape.to_text(False)
+        raise VerifierError(f"module {module.name}: entry_computation_layout={text} does not match "
+                            f"the signature of ENTRY computation {entry.name}, {signature}")
 
 
 def verify_computation(comp: HloComputation, module: HloModule | None = None) -> None:

@@ -21,6 +21,7 @@ from .codegen import ModuleCodegen
 
 # Importing these registers their kernels and elemental rules with codegen.
 from .conv import depthwise, planes, pointwise, tiles, winograd  # noqa: F401
+from .hlo_lowering import lower_for_cpu
 from .ops import indexing, rng, sorting, windows  # noqa: F401
 from .runtime import kernel_profile
 from .runtime.executable import CpuExecutable
@@ -42,7 +43,9 @@ class CpuBackend:
         take them in a form of its own (runtime/parameter_forms.py)."""
         verify_module(module)
         if compiled is None:
-            compiled = compile_module(module.clone(), donated=donated)
+            copy = module.clone()
+            lower_for_cpu(copy)
+            compiled = compile_module(copy, donated=donated)
         module, buffers = compiled.module, compiled.buffers
         forms = choose_parameter_forms(module, frozenset(constant_parameters))
         codegen = ModuleCodegen(module, buffers, forms)

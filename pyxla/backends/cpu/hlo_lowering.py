@@ -1,0 +1,70 @@
+"""HLO the CPU backend rewrites before the compiler driver, into opcodes it emits.
+
+- Every opcode with an expansion in its registry record (map, stochastic-convert, the
+  one-device collectives, dynamic-size queries, ...) becomes that expansion, the graph the
+  evaluator runs for it too.
+- A while whose body gives back its state unchanged is its operand: XLA's while-loop
+  simplifier removes such a loop (run, it would end at once or never), and compiled it
+  would spin forever where the evaluator stops.
+- A dot or convolution of two operand types (s8 x s16, f16 x f32) gets its operands
+  converted to the result type, as XLA's operand upcaster does; the kernels take one type.
+"""
+from __future__ import annotations
+
+from ...hlo.computation import HloComputation
+from ...hlo.expansion import expand_instructions
+from ...hlo.instruction import HloInstruction
+from ...hlo.module import HloModule
+from ...hlo.ops import has_side_effects
+from ...hlo.shape import TupleShape
+
+
+def lower_for_cpu(module: HloModule) -> bool:
+    """Rewrite `module` in place; whether anything changed."""
+    changed = expand_instructions(module.computations, module.fresh_name)
+    changed = _remove_identity_loops(module) or changed
+    return _upcast_mixed_operands(module) or changed
+
+
+def _remove_identity_loops(module: HloModule) -> bool:
+    changed = False
+    for comp in module.computations:
+        for instr in list(comp.instructions):
+            if instr.opcode == "while" and _gives_back_its_state(instr.attrs["body"]):
+                comp.replace_instruction(instr, instr.operands[0])
+                changed = True
+    return changed
+
+
+def _gives_back_its_state(body: HloComputation) -> bool:
+    (param,) = body.parameters
+    root = body.root
+    if any(has_side_effects(i) for i in body.instructions):
+        return False
+    if root is param:
+        return True
+    return (root is not None and root.opcode == "tuple" and isinstance(param.shape, TupleShape)
+            and len(root.operands) == len(param.shape.elements)
+            and all(op.opcode == "get-tuple-element" and op.operands[0] is param and op.attrs["index"] == i
+                    for i, op in enumerate(root.operands)))
+
+
+def _upcast_mixed_operands(module: HloModule) -> bool:
+    changed = False
+    for comp in module.computations:
+        for instr in list(comp.instructions):
+            if instr.opcode not in ("dot", "convolution"):
+                continue
+            lhs, rhs = instr.operands
+            if lhs.array_shape.dtype == rhs.array_shape.dtype:
+                continue
+            result = instr.array_shape.dtype
+            for operand in (lhs, rhs):
+                if operand.array_shape.dtype != result:
+                    convert = comp.add_instruction(HloInstruction(
+                        module.fresh_name("convert"), "convert", operand.array_shape.with_dtype(result), [operand]))
+                    instr.replace_operand(operand, convert)
+            changed = True
+        if changed:
+            comp.sort_topologically()
+    return changed
