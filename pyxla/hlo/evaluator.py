@@ -40,7 +40,7 @@ def evaluate_computation(comp: HloComputation, args: Sequence[Any], ctx: EvalCon
             values[id(instr)] = args[cast(int, instr.parameter_number)]
             continue
         if _holds_nothing(instr):
-            values[id(instr)] = np.zeros(instr.shape.dims, instr.shape.dtype.np_dtype)   # no bytes
+            values[id(instr)] = np.zeros(instr.array_shape.dims, instr.array_shape.dtype.np_dtype)   # no bytes
             continue
         operands = [values[id(op)] for op in instr.operands]
         try:

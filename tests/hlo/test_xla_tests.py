@@ -26,7 +26,7 @@ IMPLEMENTATION_DEFINED = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _case(path: Path):
     return load_case(path)
 

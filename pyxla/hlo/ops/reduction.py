@@ -86,7 +86,8 @@ def _check_reducer(opcode: str, comp, input_types: list[ElementType],
     """XLA's reducer rule for N inputs: (acc_1..acc_N, x_1..x_N) -> acc or (acc_1..acc_N).
 
     Accumulators have the init values' types, which may differ from the inputs' only in float
-    precision (bf16 summed in f32); an element parameter has its input's type. Returns (result types, whether the result is a tuple).
+    precision (bf16 summed in f32); an element parameter has its input's type. Returns (result
+    types, whether the result is a tuple).
     """
     n = len(input_types)
     params, results, is_tuple = scalar_signature(f"{opcode} to_apply", comp)
