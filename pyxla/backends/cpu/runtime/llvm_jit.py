@@ -118,11 +118,18 @@ class LlvmJit:
         """Optimise `ir_text` and make it a relocatable object for this host: (the object,
         the optimised IR and the assembly when asked for, the seconds of each stage)."""
         start = time.perf_counter()
-        module = self._optimised(ir_text)
+        # A context of its own, dropped with the module: LLVM's global context keeps every
+        # type and constant it has seen for the life of the process.
+        context = llvm.create_context()
+        module = llvm.parse_assembly(self.with_host_attributes(ir_text), context=context)
+        module.verify()
+        self.optimise(module)
         optimised = str(module) if want_assembly else ""
         assembly = self.target_machine.emit_assembly(llvm.parse_assembly(optimised)) if want_assembly else None
         optimised_at = time.perf_counter()
         obj = self._engine_machine().emit_object(module)
+        module.close()
+        del context
         return obj, optimised, assembly, {"LLVM optimisation": optimised_at - start,
                                           "machine code": time.perf_counter() - optimised_at}
 
