@@ -38,3 +38,10 @@ def convolution_layouts(request):
     if request.param == "as-given":
         request.getfixturevalue("nchw_convolutions")
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Each test compiles afresh into a cache of its own (PYXLA_CACHE_DIR): a test that checks
+    which kernels codegen chose must see them emitted, not loaded from an earlier run."""
+    monkeypatch.setenv("PYXLA_CACHE_DIR", str(tmp_path_factory.mktemp("pyxla-cache")))
