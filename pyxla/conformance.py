@@ -16,6 +16,7 @@ import numpy as np
 
 FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
 LEVELS = {"module": "module.hlo", "optimized": "optimized.hlo", "stablehlo": "module.stablehlo.mlir"}
+HLO_LEVELS = ("module", "optimized")   # the levels written in XLA's HLO text (the HLO parser's tests)
 
 
 @dataclass

@@ -5,7 +5,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyxla.conformance import LEVELS, corpus_case_dirs, load_case
+from pyxla.conformance import HLO_LEVELS, LEVELS, corpus_case_dirs, load_case
 from pyxla.hlo import (
     BF16,
     F32,
@@ -22,7 +22,7 @@ from pyxla.hlo import (
 
 CASES = corpus_case_dirs()
 CORPUS = CASES[0].parent
-FILES = [(case, level) for case in CASES for level in LEVELS]
+FILES = [(case, level) for case in CASES for level in HLO_LEVELS]
 
 _INSTRUCTION_LINE = re.compile(r"^\s+(?:ROOT\s+)?%?([\w.\-]+) = ", re.M)
 _COMPUTATION_LINE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)(?: \(.*\) -> .*)? \{$", re.M)
