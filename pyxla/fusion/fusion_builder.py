@@ -75,7 +75,7 @@ def split_loop_multi_output(module: HloModule) -> bool:
             if (root is None or root.opcode != "tuple" or any(isinstance(o.shape, TupleShape) for o in root.operands)
                     or any(i.opcode == "reduce" for i in fused.instructions)):
                 continue
-            parts = [_output_part(module, fusion, out) for out in root.operands]
+            parts = [_output_part(module, comp, fusion, out) for out in root.operands]
             for user in list(fusion.users):
                 if user.opcode == "get-tuple-element":
                     comp.replace_instruction(user, parts[user.attrs["index"]])
@@ -91,9 +91,10 @@ def split_loop_multi_output(module: HloModule) -> bool:
     return changed
 
 
-def _output_part(module: HloModule, fusion: HloInstruction, out: HloInstruction) -> HloInstruction:
-    """A fusion computing the one output `out` of `fusion`'s computation (its operands are
-    all of `fusion`'s), or the operand that `out` passes through."""
+def _output_part(module: HloModule, comp: HloComputation, fusion: HloInstruction,
+                 out: HloInstruction) -> HloInstruction:
+    """A fusion in `comp` computing the one output `out` of `fusion`'s computation (its
+    operands are all of `fusion`'s), or the operand that `out` passes through."""
     if out.opcode == "parameter":
         return fusion.operands[cast(int, out.parameter_number)]
     fused: HloComputation = fusion.attrs["calls"]
@@ -117,7 +118,7 @@ def _output_part(module: HloModule, fusion: HloInstruction, out: HloInstruction)
     new = HloInstruction(module.fresh_name("fusion"), "fusion", out.shape, list(fusion.operands),
                          {**{k: v for k, v in fusion.attrs.items() if k != "control-predecessors"},
                           "kind": fusion_kind(part), "calls": part})
-    fusion.parent.add_instruction(new)
+    comp.add_instruction(new)
     module.computations.insert(module.computations.index(fused), part)
     return new
 
