@@ -145,6 +145,7 @@ class _Parser(LiteralReader):
         self.inline_count = 0
         self.inline_computations: list[HloComputation] = []   # `to_apply={...}`, for the module
         self.omitted_shapes: list[tuple[HloInstruction, int]] = []   # (instruction, where its name is)
+        self.signatures: list[tuple[HloComputation, Shape, int]] = []   # result shapes as written, checked at the end
 
     # --- shapes -------------------------------------------------------------------------
     def looks_like_shape(self) -> bool:
@@ -282,6 +283,7 @@ class _Parser(LiteralReader):
         self.resolve_computation_refs(computations)
         name_inline_computations(module, set(computations))
         infer_omitted_shapes(module, self.omitted_shapes, self.error_at)
+        self.check_signatures()
         scope_instruction_names(module)
         return module
 
@@ -322,9 +324,11 @@ class _Parser(LiteralReader):
         name, name_pos = self.name("a computation name" if not is_entry else "a computation name after 'ENTRY'")
         if name in known:
             raise self.error_at(name_pos, f"duplicate computation name '{name}'")
-        if self.peek() == "(":
-            self.signature()
-        return self.computation_body(name), is_entry, entry_pos
+        signature = self.signature() if self.peek() == "(" else None
+        comp = self.computation_body(name)
+        if signature is not None:
+            self.signatures.append((comp, *signature))
+        return comp, is_entry, entry_pos
 
     def computation_body(self, name: str) -> HloComputation:
         """`{ instruction+ }`: its names are scoped to it, as XLA scopes them."""
@@ -343,8 +347,9 @@ class _Parser(LiteralReader):
                 raise self.error_at(pos, f"undefined control predecessor '{ref}' in computation '{name}'")
         return comp
 
-    def signature(self) -> None:
-        """`(p: f32[2], q: s32[]) -> f32[2]`: checked for syntax, otherwise redundant."""
+    def signature(self) -> tuple[Shape, int]:
+        """`(p: f32[2], q: s32[]) -> f32[2]`: (the result shape, where it is written), checked
+        against the root once every shape is known (check_signatures)."""
         self.expect("(", "to start the computation signature")
         if not self.accept(")"):
             while True:
@@ -356,7 +361,19 @@ class _Parser(LiteralReader):
                 self.expect(")", "to close the computation signature")
                 break
         self.expect("->", "after the signature's parameters")
-        self.shape("the result shape of the signature")
+        self.skip_ws()
+        start = self.pos
+        return self.shape("the result shape of the signature"), start
+
+    def check_signatures(self) -> None:
+        """A computation's written result shape must be its root's, layouts aside, as XLA's
+        parser requires. The parameters written there are not checked: XLA's own tests have
+        signatures whose parameters differ from the body's, and XLA takes the body's."""
+        for comp, result, pos in self.signatures:
+            if not comp.root.shape.compatible(result):
+                raise self.error_at(pos, f"the shape of computation '{comp.name}', {result.to_text(False)}, "
+                                         f"is not that of its root instruction '{comp.root.name}', "
+                                         f"{comp.root.shape.to_text(False)}")
 
     # --- instructions -------------------------------------------------------------------
     def instruction(self, scope: _ComputationScope) -> None:

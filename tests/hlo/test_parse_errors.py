@@ -91,6 +91,13 @@ CASES = [
     ("dynamic dimension", module("  ROOT x = f32[<=4] parameter(0)"), 9, 16, "dynamic dimensions are not supported"),
     ("operand shape mismatch", module("  x = f32[2] parameter(0)\n  ROOT y = f32[2] negate(s32[2] x)"), 10, 26,
      "operand 'x' is written as s32[2] but its shape is f32[2]"),
+    # XLA's parser: a computation's written result shape must be its root's
+    ("entry signature result", "HloModule m\n\nENTRY main (p: f32[3]) -> s32[7] {\n  p = f32[3] parameter(0)\n"
+     "  ROOT n = f32[3] negate(p)\n}\n", 3, 27,
+     "the shape of computation 'main', s32[7], is not that of its root instruction 'n', f32[3]"),
+    ("callee signature result", module("  x = f32[] parameter(0)\n  ROOT c = f32[] call(x, x), to_apply=add",
+                                       before=ADD.replace("add {", "add (a: f32[], b: f32[]) -> f32[2] {")), 3, 29,
+     "the shape of computation 'add', f32[2], is not that of its root instruction 's', f32[]"),
 ]
 
 
@@ -132,3 +139,12 @@ def test_pathological_text_is_only_ever_a_parse_error(text):
         parse_module(text)
     assert not info.value.message.startswith("internal")
     assert info.value.line >= 1 and info.value.column >= 1
+
+
+def test_signature_parameters_are_not_checked_as_in_xla():
+    """XLA's own tests write signatures whose parameters differ from the body's (a fused
+    computation declared `()`); XLA takes the body's, and so does pyxla."""
+    text = "HloModule m\n\nENTRY main (p: f32[4], q: s32[]) -> f32[3]{0} {\n  p = f32[3] parameter(0)\n" \
+           "  ROOT n = f32[3] negate(p)\n}\n"
+    module_ = parse_module(text)
+    assert [p.shape.to_text(False) for p in module_.entry.parameters] == ["f32[3]"]
