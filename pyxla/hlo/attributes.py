@@ -170,6 +170,12 @@ ATTRIBUTE_KINDS: dict[str, str] = {
     # batch normalisation
     "epsilon": "float",
     "feature_index": "int",
+    # linear algebra, random distributions
+    "lower": "bool",
+    "left_side": "bool",
+    "unit_diagonal": "bool",
+    "transpose_a": "enum",
+    "distribution": "enum",
     # precision
     "exponent_bits": "int",
     "mantissa_bits": "int",

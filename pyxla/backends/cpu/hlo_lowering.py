@@ -1,11 +1,15 @@
 """HLO the CPU backend rewrites before the compiler driver, into opcodes it emits.
 
 - Every opcode with an expansion in its registry record (map, stochastic-convert, the
-  one-device collectives, dynamic-size queries, ...) becomes that expansion, the graph the
-  evaluator runs for it too.
+  one-device collectives, dynamic-size queries, cholesky, triangular-solve, rng, ...)
+  becomes that expansion, the graph the evaluator runs for it too; the loops of an
+  expansion are filed as computations before their caller.
 - A while whose body gives back its state unchanged is its operand: XLA's while-loop
   simplifier removes such a loop (run, it would end at once or never), and compiled it
   would spin forever where the evaluator stops.
+- Tokens hold no data: after-all becomes an empty tuple, and every token in a shape (a
+  loop's state, a tuple, a computation's parameter) the empty tuple (), which the backend
+  keeps as a value of no arrays.
 - A dot or convolution of two operand types (s8 x s16, f16 x f32) gets its operands
   converted to the result type, as XLA's operand upcaster does; the kernels take one type.
 """
@@ -16,13 +20,19 @@ from ...hlo.expansion import expand_instructions
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
 from ...hlo.ops import has_side_effects
-from ...hlo.shape import TupleShape
+from ...hlo.shape import Shape, TokenShape, TupleShape
 
 
 def lower_for_cpu(module: HloModule) -> bool:
     """Rewrite `module` in place; whether anything changed."""
-    changed = expand_instructions(module.computations, module.fresh_name)
+    def add_computation(new: HloComputation, caller: HloComputation) -> None:
+        module.add_computation(new)
+        module.computations.remove(new)
+        module.computations.insert(module.computations.index(caller), new)
+
+    changed = expand_instructions(module.computations, module.fresh_name, add_computation=add_computation)
     changed = _remove_identity_loops(module) or changed
+    changed = _tokens_as_empty_tuples(module) or changed
     return _upcast_mixed_operands(module) or changed
 
 
@@ -47,6 +57,37 @@ def _gives_back_its_state(body: HloComputation) -> bool:
             and len(root.operands) == len(param.shape.elements)
             and all(op.opcode == "get-tuple-element" and op.operands[0] is param and op.attrs["index"] == i
                     for i, op in enumerate(root.operands)))
+
+
+def _without_tokens(shape: Shape) -> Shape:
+    if isinstance(shape, TokenShape):
+        return TupleShape(())
+    if isinstance(shape, TupleShape):
+        return TupleShape(tuple(_without_tokens(e) for e in shape.elements))
+    return shape
+
+
+def _holds_token(shape: Shape) -> bool:
+    return isinstance(shape, TokenShape) or (isinstance(shape, TupleShape)
+                                             and any(_holds_token(e) for e in shape.elements))
+
+
+def _tokens_as_empty_tuples(module: HloModule) -> bool:
+    changed = False
+    for comp in module.computations:
+        for instr in list(comp.instructions):
+            if instr.opcode == "after-all":
+                empty = comp.add_instruction(HloInstruction(module.fresh_name("tuple"), "tuple", TupleShape(())))
+                comp.replace_instruction(instr, empty)
+                if instr.parent is comp and not instr.users and instr is not comp.root:
+                    comp.remove_instruction(instr)
+                changed = True
+            elif _holds_token(instr.shape):
+                instr.shape = _without_tokens(instr.shape)
+                changed = True
+        if changed:
+            comp.sort_topologically()
+    return changed
 
 
 def _upcast_mixed_operands(module: HloModule) -> bool:

@@ -4,7 +4,7 @@ from importlib import import_module
 from .registry import REGISTRY, OpDef, has_side_effects, known_opcodes, op_def, register  # noqa: F401
 
 # Families in the order a reader meets them in XLA's operation semantics.
-OP_FILES = ("elementwise", "shape_ops", "indexing", "reduction", "dot_conv", "normalization", "sort", "rng",
+OP_FILES = ("elementwise", "shape_ops", "indexing", "reduction", "dot_conv", "normalization", "linalg", "sort", "rng",
             "control", "single_device", "composite")
 
 for _name in OP_FILES:

@@ -17,13 +17,17 @@ that expansion word for word, so the bits are the ones XLA produces:
 """
 from __future__ import annotations
 
+import zlib
 from math import prod
 
 import numpy as np
 
 from ...errors import ShapeError
+from ..attributes import SliceDim
+from ..expansion import evaluate_expanded
+from ..instruction import HloInstruction
 from ..shape import ArrayShape, TupleShape
-from ..types import U64
+from ..types import F32, F64, U32, U64
 from .registry import OpDef, register, require_declared
 
 MASK32 = 0xFFFFFFFF
@@ -194,3 +198,108 @@ def _rng_evaluate(instr, operands, ctx):
 register(OpDef("rng-bit-generator", "opaque", _rng_shape, _rng_evaluate, arity=1,
                optional_attrs=("algorithm",),
                doc="Random bits and the advanced state (Philox4x32-10 or Threefry2x32)."))
+
+
+# --- rng: a distribution's values, from rng-bit-generator --------------------------------------
+
+# rng(a, b), distribution=rng_uniform|rng_normal: values of the instruction's shape, uniform in
+# [a, b) or normal with mean a (mu) and standard deviation b (sigma); a and b are scalars of
+# the result's element type. XLA's RngExpander draws them from a bit generator seeded by the
+# module's configuration; pyxla seeds a Philox state from the instruction's name, so a module
+# gives the same values on every run and on every backend, and two rng instructions of one
+# module draw different values.
+#   uniform float: the top mantissa bits of a word, as [1, 2) - 1, scaled to [a, b) (f16 and
+#     bf16 through f32); an integer: a + (word mod (b - a)), for 32- and 64-bit integers.
+#   normal: Box-Muller, sqrt(-2 log(1 - u1)) cos(2 pi u2) from two uniforms per element.
+DISTRIBUTIONS = ("rng_uniform", "rng_normal")
+_RNG_SEED = 0x5059584C41524E47   # "PYXLARNG"
+
+
+def _rng_distribution_shape(operands, attrs, declared):
+    result = require_declared("rng", declared)
+    if not isinstance(result, ArrayShape):
+        raise ShapeError(f"rng makes an array, declared {result.to_text(False)}")
+    distribution = attrs.get("distribution")
+    if distribution not in DISTRIBUTIONS:
+        raise ShapeError(f"rng needs distribution= one of {', '.join(DISTRIBUTIONS)}, got {distribution}")
+    for what, s in zip(("a", "b"), operands):
+        if not (isinstance(s, ArrayShape) and s.rank == 0 and s.dtype == result.dtype):
+            raise ShapeError(f"rng's {what} must be a {result.dtype}[] scalar, got {s.to_text(False)}")
+    dtype = result.dtype
+    if distribution == "rng_normal" and not dtype.is_float:
+        raise ShapeError(f"rng_normal makes floating-point values, declared {dtype}")
+    if not (dtype.is_float or (dtype.is_integral and dtype.bits in (32, 64))):
+        raise ShapeError(f"rng_uniform makes floats or 32- and 64-bit integers, declared {dtype}")
+    return result.without_layout()
+
+
+def _random_words(instr, emit, dims: tuple[int, ...], bits: int):
+    """Random unsigned words of `dims` from a Philox state seeded by the instruction's name."""
+    words = ArrayShape(U32 if bits == 32 else U64, dims)
+    seed = np.array([_RNG_SEED, zlib.crc32(instr.name.encode()) << 32], np.uint64)
+    state_shape = ArrayShape(U64, (2,))
+    state = emit.comp.add_instruction(HloInstruction(emit.fresh_name("constant"), "constant", state_shape,
+                                                     literal=seed))
+    pair = emit.op("rng-bit-generator", state, shape=TupleShape((state_shape, words)), algorithm="rng_philox")
+    return emit.op("get-tuple-element", pair, shape=words, index=1)
+
+
+def _unit_floats(emit, words):
+    """Uniform floats in [0, 1) from unsigned words: the top mantissa bits as [1, 2) - 1."""
+    shape = words.array_shape
+    wide = shape.dtype.bits == 64
+    mantissa = 52 if wide else 23
+    ftype = F64 if wide else F32
+    top = emit.binary("shift-right-logical", words, emit.constant(shape.dtype.bits - mantissa, shape))
+    one = emit.constant(0x3FF0000000000000 if wide else 0x3F800000, shape)
+    floats = emit.op("bitcast-convert", emit.binary("or", top, one), shape=shape.with_dtype(ftype))
+    return emit.binary("subtract", floats, emit.constant(1.0, floats.array_shape))
+
+
+def _expand_rng(instr, emit):
+    a, b = instr.operands
+    result = instr.array_shape
+    dtype, dims = result.dtype, result.dims
+    if not dtype.is_float:
+        return _uniform_integers(instr, emit, a, b)
+    bits = 64 if dtype.bits == 64 else 32
+    if instr.attrs["distribution"] == "rng_uniform":
+        u = _unit_floats(emit, _random_words(instr, emit, dims, bits))
+        lo, hi = (emit.op("convert", v, shape=ArrayShape(u.array_shape.dtype, ())) for v in (a, b))
+        lo, hi = (emit.op("broadcast", v, shape=u.array_shape, dimensions=()) for v in (lo, hi))
+        value = emit.binary("add", lo, emit.binary("multiply", emit.binary("subtract", hi, lo), u))
+        value = emit.unary("convert", value, dtype)
+        lo, hi = (emit.op("broadcast", v, shape=result, dimensions=()) for v in (a, b))
+        return emit.select(emit.compare("LT", value, hi), value, lo)   # rounded up to b: a
+    u = _unit_floats(emit, _random_words(instr, emit, (2, *dims), bits))
+    half = u.array_shape.dims[1:]
+    u1, u2 = (emit.op("reshape", emit.op("slice", u, shape=ArrayShape(u.array_shape.dtype, (1, *half)),
+                                         slice=(SliceDim(k, k + 1),) + tuple(SliceDim(0, d) for d in half)),
+                      shape=ArrayShape(u.array_shape.dtype, half)) for k in (0, 1))
+    ones = emit.constant(1.0, u1.array_shape)
+    radius = emit.unary("sqrt", emit.binary("multiply", emit.constant(-2.0, u1.array_shape),
+                                            emit.unary("log", emit.binary("subtract", ones, u1))))
+    angle = emit.binary("multiply", emit.constant(2 * np.pi, u2.array_shape), u2)
+    z = emit.unary("convert", emit.binary("multiply", radius, emit.unary("cosine", angle)), dtype)
+    mu, sigma = (emit.op("broadcast", v, shape=result, dimensions=()) for v in (a, b))
+    return emit.binary("add", mu, emit.binary("multiply", sigma, z))
+
+
+def _uniform_integers(instr, emit, a, b):
+    result = instr.array_shape
+    words = _random_words(instr, emit, result.dims, result.dtype.bits)
+    unsigned = words.array_shape.dtype
+    lo, hi = (emit.op("broadcast", v, shape=result, dimensions=()) for v in (a, b))
+    span = emit.binary("subtract", hi, lo)      # b - a, modulo 2^bits: the span as unsigned
+    if not result.dtype.is_unsigned:
+        span = emit.op("bitcast-convert", span, shape=result.with_dtype(unsigned))
+    offset = emit.binary("remainder", words, span)
+    if not result.dtype.is_unsigned:
+        offset = emit.op("bitcast-convert", offset, shape=result)
+    return emit.binary("add", lo, offset)
+
+
+register(OpDef("rng", "opaque", _rng_distribution_shape, evaluate_expanded, arity=2,
+               required_attrs=("distribution",), side_effects=True,
+               doc="Random values of a distribution (uniform in [a, b), or normal(mu, sigma)).",
+               extra={"expand": _expand_rng}))
