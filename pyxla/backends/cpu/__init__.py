@@ -20,7 +20,7 @@ from ...hlo.verifier import verify_module
 from .codegen import ModuleCodegen
 
 # Importing these registers their kernels and elemental rules with codegen.
-from .conv import depthwise, planes, pointwise, tiles, winograd  # noqa: F401
+from .conv import depthwise, planes, pointwise, tiles, weight_gradient, winograd  # noqa: F401
 from .hlo_lowering import lower_for_cpu
 from .ops import indexing, rng, sorting, windows  # noqa: F401
 from .runtime import kernel_profile

@@ -7,5 +7,5 @@ from pyxla.backends.cpu.conv.tiles import EMITTERS
 
 def test_routes_are_tried_in_order():
     names = [emitter.__name__ for _, emitter in EMITTERS]
-    assert names == ["WinogradConvolution", "PlaneConvolution", "PointwiseGemm", "TiledConvolution",
-                     "DepthwiseConvolution"]
+    assert names == ["WeightGradientConvolution", "WinogradConvolution", "PlaneConvolution", "PointwiseGemm",
+                     "TiledConvolution", "DepthwiseConvolution"]
