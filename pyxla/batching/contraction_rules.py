@@ -1,4 +1,7 @@
-"""Batching rules for dot and convolution.
+"""Batching rules for dot, convolution, cholesky and triangular-solve.
+
+cholesky, triangular-solve: the batch dimension moved first is one more leading batch
+dimension of the matrices (an unbatched operand broadcast along).
 
 dot: both operands batched -> one more batch dimension (the first); one operand batched ->
 its batch dimension is a free dimension of the product, moved first afterwards.
@@ -108,3 +111,16 @@ def _convolution(instr: HloInstruction, values: list[Any], dims: list[Any]) -> t
 
 BATCH_RULES["dot"] = _dot
 BATCH_RULES["convolution"] = _convolution
+
+
+def _leading_batch(instr: HloInstruction, values: list[Any], dims: list[Any]) -> tuple[Any, int]:
+    size = batch_size(values, dims)
+    shape = instr.shape
+    assert isinstance(shape, ArrayShape)
+    operands = [to_front(v, d, size) for v, d in zip(values, dims)]
+    return bind(instr.opcode, *operands, shape=ArrayShape(shape.dtype, (size, *shape.dims)),
+                **semantic_attrs(instr)), 0
+
+
+BATCH_RULES["cholesky"] = _leading_batch
+BATCH_RULES["triangular-solve"] = _leading_batch

@@ -25,8 +25,10 @@ Files, in the order of XLA's operation semantics:
   rng.py            rng_bit_generator
   control_flow.py   while_loop, fori_loop, cond, switch, scan, optimization_barrier
   special.py        erf_inv (XLA's expansion, on the elementwise functions)
+  linalg.py         linalg.cholesky, linalg.triangular_solve (JAX's jax.lax.linalg)
   gradients.py      stop_gradient
 """
+from . import linalg  # noqa: F401  (pyxla.lax.linalg, as jax.lax.linalg)
 from ._windows import padtype_to_pads
 from .contractions import ConvDimensionNumbers, conv_dimension_numbers, conv_general_dilated, dot, dot_general
 from .control_flow import cond, fori_loop, optimization_barrier, scan, switch, while_loop

@@ -22,6 +22,8 @@ import pyxla.numpy as pnp
 from pyxla import lax, random
 from pyxla.batching import BATCH_RULES
 from pyxla.frontend.tracing import bind
+from pyxla.hlo.shape import ArrayShape
+from pyxla.hlo.types import S32
 
 B = 3
 
@@ -88,6 +90,13 @@ case("select", lambda p, x, y: lax.select(lax.gt(p, 0.0), x, y), [normal(4), nor
 case("clamp scalar bounds", lambda lo, x: lax.clamp(lo, x, 1.0), [normal(), normal(5)], ["clamp"])
 case("convert", lambda x: lax.convert_element_type(x, np.int32), [normal(3)], ["convert"])
 case("bitcast-convert", lambda x: lax.bitcast_convert_type(x, np.uint32), [normal(3)], ["bitcast-convert"])
+# Opcodes defined by expansions (hlo/expansion.py) run eagerly only: jit's cpu path runs the
+# compiler driver before the backend, which lowers expansions only when it runs the driver.
+case("real", lambda x: bind("real", x), [normal(2, 3)], ["real"], jit=False)
+case("imag", lambda x: bind("imag", x), [normal(2, 3)], ["imag"], jit=False)
+case("stochastic-convert", lambda x, r: bind("stochastic-convert", x, r, shape=ArrayShape(S32, (4,))),
+     [lambda rng: (rng.standard_normal(4) * 10).astype(np.float32), ints(0, 2**31, 4, dtype=np.uint32)],
+     ["stochastic-convert"], jit=False)
 case("threefry (pyxla.random)", lambda k: random.uniform(k, (3,)), [lambda rng: np.asarray(
     random.PRNGKey(int(rng.integers(0, 1000))))], ["add", "xor", "shift-left"])
 
@@ -122,6 +131,23 @@ case("dot matrix", lambda x, w: x @ w, [normal(2, 3), normal(3, 4)], ["dot"])
 case("dot_general batch dims", lambda x, w: lax.dot_general(x, w, (((2,), (1,)), ((0,), (0,)))),
      [normal(2, 3, 4), normal(2, 4, 5)], ["dot"])
 case("dot vector", lambda x, w: pnp.dot(x, w), [normal(4), normal(4, 2)], ["dot"])
+
+
+def spd(n):
+    def make(rng):
+        x = rng.standard_normal((n, n))
+        return (x @ x.T + n * np.eye(n)).astype(np.float32)
+    return make
+
+
+def triangular(n):
+    return lambda rng: (rng.standard_normal((n, n)) + 2 * n * np.eye(n)).astype(np.float32)
+
+
+case("cholesky", lambda a: lax.linalg.cholesky(a), [spd(4)], ["cholesky"], jit=False)
+case("triangular_solve", lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True,
+                                                                  transpose_a=True),
+     [triangular(4), normal(4, 2)], ["triangular-solve"], jit=False)
 
 
 def conv(lhs, rhs):

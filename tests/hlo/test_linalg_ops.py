@@ -163,3 +163,16 @@ def test_verifier_refuses(text, message):
     module = parse_module(f"HloModule m\nENTRY e {{\n  {text}\n}}\n")
     with pytest.raises(VerifierError, match=message):
         verify_module(module)
+
+
+# --- pyxla.lax.linalg ------------------------------------------------------------------------------
+
+def test_lax_linalg_matches_numpy():
+    from pyxla import lax
+    rng = np.random.default_rng(11)
+    a = _spd(rng, (2, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(lax.linalg.cholesky(a), np.linalg.cholesky(a.astype(np.float64)), rtol=1e-4, atol=1e-4)
+    t = np.tril(a[0])
+    b = rng.standard_normal((3, 4)).astype(np.float32)
+    got = lax.linalg.triangular_solve(t, b, left_side=False, lower=True, transpose_a=True)
+    np.testing.assert_allclose(got @ t.T, b, rtol=1e-4, atol=1e-4)
