@@ -370,10 +370,12 @@ class _Parser(LiteralReader):
         parser requires. The parameters written there are not checked: XLA's own tests have
         signatures whose parameters differ from the body's, and XLA takes the body's."""
         for comp, result, pos in self.signatures:
-            if not comp.root.shape.compatible(result):
+            root = comp.root
+            assert root is not None   # computation_body always sets one
+            if not root.shape.compatible(result):
                 raise self.error_at(pos, f"the shape of computation '{comp.name}', {result.to_text(False)}, "
-                                         f"is not that of its root instruction '{comp.root.name}', "
-                                         f"{comp.root.shape.to_text(False)}")
+                                         f"is not that of its root instruction '{root.name}', "
+                                         f"{root.shape.to_text(False)}")
 
     # --- instructions -------------------------------------------------------------------
     def instruction(self, scope: _ComputationScope) -> None:
