@@ -34,6 +34,11 @@ class Backend(Protocol):
     argument is the same array on every call (a model's weights)."""
     name: str
 
+    def prepare(self, module: HloModule) -> None:
+        """Rewrite `module` in place, before the compiler driver, into what this backend
+        emits (the CPU backend expands opcodes defined by an expansion). A caller that runs
+        the driver itself (jit) calls this first."""
+
     def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
                 constant_parameters: tuple[int, ...] = ()) -> Executable: ...
 

@@ -176,10 +176,12 @@ class Lowered:
         caller passes unchanged on every call (the backend may then take it in a form of its
         own: `executable.prepare_argument`)."""
         start = time.perf_counter()
-        compiled = compile_module(self.module.clone(), donated=self.module.donated_parameters)
-        executable = get_backend(self._jitted.backend).compile(compiled.module, compiled=compiled,
-                                                               donated=self.module.donated_parameters,
-                                                               constant_parameters=constant_parameters)
+        backend = get_backend(self._jitted.backend)
+        module = self.module.clone()
+        backend.prepare(module)
+        compiled = compile_module(module, donated=self.module.donated_parameters)
+        executable = backend.compile(compiled.module, compiled=compiled, donated=self.module.donated_parameters,
+                                     constant_parameters=constant_parameters)
         compiled.stage_seconds = {"trace": self.trace_seconds, **compiled.stage_seconds}
         if "compile" in os.environ.get("PYXLA_DEBUG", "").split(","):
             stages = "  ".join(f"{stage} {seconds * 1e3:.1f} ms" for stage, seconds in compiled.stage_seconds.items())

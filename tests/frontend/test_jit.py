@@ -261,3 +261,21 @@ def test_donate_argnums_names_argument_positions_not_leaves(rng):
         out = f(0.1, p, x)
         np.testing.assert_allclose(out[0]["w"], p["w"] - np.float32(0.1) * x, rtol=1e-6)
         np.testing.assert_allclose(out[1], x * 3, rtol=1e-6)
+
+
+def test_jit_on_cpu_expands_opcodes_defined_by_expansions(rng):
+    """jit runs the compiler driver itself, after the backend's prepare step: cholesky and
+    triangular-solve (registry expansions) compile on the cpu backend like any opcode."""
+    from pyxla import lax
+
+    a = rng.standard_normal((5, 5))
+    spd = a @ a.T + 5 * np.eye(5)
+    b = rng.standard_normal((5, 2))
+
+    def solve(m, rhs):
+        factor = lax.linalg.cholesky(m)
+        return lax.linalg.triangular_solve(factor, rhs, left_side=True, lower=True)
+
+    got = pyxla.jit(solve, backend="cpu")(spd, b)
+    want = np.linalg.solve(np.linalg.cholesky(spd), b)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

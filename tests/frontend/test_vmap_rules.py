@@ -90,13 +90,12 @@ case("select", lambda p, x, y: lax.select(lax.gt(p, 0.0), x, y), [normal(4), nor
 case("clamp scalar bounds", lambda lo, x: lax.clamp(lo, x, 1.0), [normal(), normal(5)], ["clamp"])
 case("convert", lambda x: lax.convert_element_type(x, np.int32), [normal(3)], ["convert"])
 case("bitcast-convert", lambda x: lax.bitcast_convert_type(x, np.uint32), [normal(3)], ["bitcast-convert"])
-# Opcodes defined by expansions (hlo/expansion.py) run eagerly only: jit's cpu path runs the
-# compiler driver before the backend, which lowers expansions only when it runs the driver.
-case("real", lambda x: bind("real", x), [normal(2, 3)], ["real"], jit=False)
-case("imag", lambda x: bind("imag", x), [normal(2, 3)], ["imag"], jit=False)
+# Opcodes defined by expansions (hlo/expansion.py): the cpu backend expands them (prepare).
+case("real", lambda x: bind("real", x), [normal(2, 3)], ["real"])
+case("imag", lambda x: bind("imag", x), [normal(2, 3)], ["imag"])
 case("stochastic-convert", lambda x, r: bind("stochastic-convert", x, r, shape=ArrayShape(S32, (4,))),
      [lambda rng: (rng.standard_normal(4) * 10).astype(np.float32), ints(0, 2**31, 4, dtype=np.uint32)],
-     ["stochastic-convert"], jit=False)
+     ["stochastic-convert"])
 case("threefry (pyxla.random)", lambda k: random.uniform(k, (3,)), [lambda rng: np.asarray(
     random.PRNGKey(int(rng.integers(0, 1000))))], ["add", "xor", "shift-left"])
 
@@ -144,10 +143,10 @@ def triangular(n):
     return lambda rng: (rng.standard_normal((n, n)) + 2 * n * np.eye(n)).astype(np.float32)
 
 
-case("cholesky", lambda a: lax.linalg.cholesky(a), [spd(4)], ["cholesky"], jit=False)
+case("cholesky", lambda a: lax.linalg.cholesky(a), [spd(4)], ["cholesky"])
 case("triangular_solve", lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True,
                                                                   transpose_a=True),
-     [triangular(4), normal(4, 2)], ["triangular-solve"], jit=False)
+     [triangular(4), normal(4, 2)], ["triangular-solve"])
 
 
 def conv(lhs, rhs):

@@ -35,6 +35,11 @@ _module_numbers = itertools.count()
 class CpuBackend:
     name = "cpu"
 
+    def prepare(self, module: HloModule) -> None:
+        """Opcodes with an expansion expanded, tokens as empty tuples, mixed-type dots
+        upcast (hlo_lowering.py)."""
+        lower_for_cpu(module)
+
     def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
                 constant_parameters: tuple[int, ...] = ()) -> CpuExecutable:
         """Native code for `module`. `compiled` is the compiler driver's result when the caller
@@ -44,7 +49,7 @@ class CpuBackend:
         verify_module(module)
         if compiled is None:
             copy = module.clone()
-            lower_for_cpu(copy)
+            self.prepare(copy)
             compiled = compile_module(copy, donated=donated)
         module, buffers = compiled.module, compiled.buffers
         forms = choose_parameter_forms(module, frozenset(constant_parameters))

@@ -216,6 +216,9 @@ class GpuBackend:
     def __init__(self, name: str):
         self.name = name
 
+    def prepare(self, module: HloModule) -> None:
+        """Nothing is rewritten: an opcode the kernels cannot emit is refused by compile."""
+
     def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
                 constant_parameters: tuple[int, ...] = ()) -> GpuExecutable:
         verify_module(module)

@@ -34,6 +34,9 @@ class InterpreterExecutable:
 class InterpreterBackend:
     name = "interpreter"
 
+    def prepare(self, module: HloModule) -> None:
+        """Nothing to rewrite: the evaluator runs every opcode, expansions included."""
+
     def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
                 constant_parameters: tuple[int, ...] = ()) -> InterpreterExecutable:
         """The evaluator over `module` as given (optimised or not: it runs any module)."""
