@@ -243,7 +243,12 @@ class WeightGradientConvolution(ConvolutionEmitter):
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
         g = self.g = ConvGeometry.of(conv)
-        self.m, self.n = g.batch, g.group_features   # a tap's product: C x O
+        # a tap's product: C x O, its rows (the channels) staged as whole register tiles (MR
+        # rows), zero past C, so that every panel of A is packed a vector per k and no tile is
+        # an edge tile (cnn_train's 16 channels would be 6 + 6 + 4 rows, the last panel packed
+        # element by element: 11.3-11.5 -> 11.1 ms on one thread). Packing A per tap is then
+        # about a fifth of the time (without it, wrong but timed: 9.0 ms).
+        self.m, self.n = _round_up(g.batch, tiling(self.t.name).mr), g.group_features
         # the staged input: [image][padded rows][padded columns][channel], covering exactly the
         # positions the windows reach (a negative padding crops)
         self.padded = tuple((t - 1) * w.stride + (w.size - 1) * w.rhs_dilate + 1
@@ -305,12 +310,12 @@ class WeightGradientConvolution(ConvolutionEmitter):
 
         def copy(index):
             source = [None] * self.lhs_shape.rank
-            source[dn.input_feature], source[dn.input_batch] = index[0], index[-1]
-            inside = None
+            inside = b.icmp_unsigned("<", index[-1], i64(g.batch))
+            source[dn.input_feature], source[dn.input_batch] = index[0], b.select(inside, index[-1], i64(0))
             for d, at, w, extent in zip(dn.input_spatial, index[1:-1], g.window, g.input_spatial):
                 shifted = b.sub(at, i64(w.pad_low)) if w.pad_low else at
                 ok = b.icmp_unsigned("<", shifted, i64(extent))
-                inside = ok if inside is None else b.and_(inside, ok)
+                inside = b.and_(inside, ok)
                 source[d] = b.select(ok, shifted, i64(0))
             value = ke.load(self.lhs_ptr, self.lhs_shape, tuple(source))
             ke.store(ptr, shape, index, b.select(inside, value, ir.Constant(self.st, 0.0)))
