@@ -4,7 +4,9 @@ micro-kernel and packing (dot/gemm.py).
 Reverse mode turns a convolution's kernel cotangent into a convolution that contracts over
 the images' batch (autodiff/transpose_rules.py, as XLA and JAX do): for an NHWC forward
 convolution with an HWIO kernel, `dW = convolution(x, dy), window={size=HoxWo pad=..},
-dim_labels=f01b_i01o->01bf`; for NCHW/OIHW (PyTorch's) `fb01_io01->fb01`. Its "window" is
+dim_labels=f01b_i01o->01bf`; for NCHW/OIHW `fb01_io01->fb01`; pyxla.torch's, over operands
+transposed to channels first, `bf01_oi01->bf01` (`b01f_oi01->b01f` after the
+convolution-layout pass). Its "window" is
 the whole output gradient, its "batch" the input channels, its result's spatial dimensions
 the kernel's taps. In the convolution's own terms (S the window stride, D the window
 dilation, lo the low padding):
@@ -13,7 +15,8 @@ dilation, lo the low padding):
 
 so each tap t is one matrix product, out_t[C, O] = X_t[C, K] DY[K, O], K running over the
 images and the gradient's positions. The register tiles (conv/tiles.py) would instead run
-C x taps positions deep over a window of the whole image, at a tenth of the GEMM's speed.
+C x taps positions over a window of the whole image: a quarter to two thirds of this
+route's speed on NHWC forms, level on NCHW ones (docs/perf-log.md, 2026-11-26).
 
 The input is first staged in kernel scratch as [image][row][column][channel] with its zero
 border (only the positions the windows reach; a negative padding crops), so a tap's rows of
