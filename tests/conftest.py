@@ -45,3 +45,16 @@ def _private_cache(tmp_path_factory, monkeypatch):
     """Each test compiles afresh into a cache of its own (PYXLA_CACHE_DIR): a test that checks
     which kernels codegen chose must see them emitted, not loaded from an earlier run."""
     monkeypatch.setenv("PYXLA_CACHE_DIR", str(tmp_path_factory.mktemp("pyxla-cache")))
+
+
+@pytest.fixture(autouse=True)
+def _jax_precision_restored():
+    """Tests that compare with JAX in float64 switch on its x64 flag; whatever a test does,
+    the next one in the process starts with the flag as it was (JAX's default: off), since
+    JAX's random bits and dtypes depend on it."""
+    import sys
+
+    before = sys.modules["jax"].config.jax_enable_x64 if "jax" in sys.modules else False
+    yield
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_enable_x64", before)

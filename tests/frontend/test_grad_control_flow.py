@@ -266,7 +266,7 @@ def test_every_control_flow_transpose_rule_runs(monkeypatch, rng):
 
 @pytest.mark.skipif(jax is None, reason="JAX is not installed")
 def test_gradients_match_jax(rng):
-    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_x64", True)   # float64; conftest restores the flag afterwards
     w, xs, x = rng.standard_normal(3), rng.standard_normal((5, 3)), rng.standard_normal(3)
 
     def scan_loss(lib, scan, w, xs):
