@@ -115,6 +115,9 @@ def _compile(text, monkeypatch, min_work=0):
         return emit(*args, **kwargs)
 
     monkeypatch.setattr(dot_tasks, "emit_own_gemm", counting)
+    # code generation must run (a module compiled before under other constants would load
+    # from the executable cache)
+    monkeypatch.setenv("PYXLA_CACHE_DIR", "")
     return get_backend("cpu").compile(parse_module(text)), calls
 
 
