@@ -146,13 +146,15 @@ def test_fresh_processes_with_cached_and_damaged_helpers(tmp_path, rng):
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
     pool_entries, shim_entries = entries(cache, "worker-pool"), entries(cache, "call-shim")
     assert len(pool_entries) == 1 and len(shim_entries) == 1
-    stamps = [(p, p.stat().st_mtime_ns) for p in pool_entries + shim_entries]
+    # an entry written again is a new file (written aside, then renamed over); a use only
+    # touches its time (least recently used goes first)
+    stamps = [(p, p.stat().st_ino, p.read_bytes()) for p in pool_entries + shim_entries]
 
     x = rng.standard_normal((512, 1024)).astype(np.float32)
     y, stderr = run_program(tmp_path, cache, x)
     np.testing.assert_allclose(y, np.tanh(x.astype(np.float64)) * 2.0 + x, rtol=1e-5, atol=1e-5)
     assert "CacheWarning" not in stderr
-    assert [(p, p.stat().st_mtime_ns) for p, _ in stamps] == stamps   # loaded, not written again
+    assert [(p, p.stat().st_ino, p.read_bytes()) for p, _, _ in stamps] == stamps   # loaded, not written again
 
     raw = pool_entries[0].read_bytes()
     pool_entries[0].write_bytes(raw[:-100])
