@@ -13,7 +13,8 @@ from pyxla.backends.cpu.conv import tiles as conv_tiles
 from pyxla.backends.cpu.ops import windows
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.backends.llvm import windows as llvm_windows
-from pyxla.hlo import evaluate_module, parse_module
+from pyxla.errors import VerifierError
+from pyxla.hlo import evaluate_module, parse_module, verify_module
 
 from ...passes.test_convolution_layout import PADDED_CHAIN
 from .differential import assert_cpu_matches_interpreter
@@ -182,8 +183,16 @@ def test_reduce_window_integers_exact(dims, window, rng):
 
 
 def test_reduce_window_bf16_into_f32_accumulator(rng):
-    text = reduce_window_module("add", "f32", "6,20", "size=2x5 stride=2x1 pad=0_0x2_2", "3,20", in_t="bf16")
-    assert_cpu_matches_interpreter(text, rng, rtol=1e-5, atol=1e-5)
+    """A reducer takes its operand's element type: XLA's verifier refuses a bf16 operand
+    folded by an f32 reducer, and so does pyxla's (its CPU backend once failed in LLVM on
+    such a module). Converted to f32 first, as JAX writes it, it runs."""
+    mixed = reduce_window_module("add", "f32", "6,20", "size=2x5 stride=2x1 pad=0_0x2_2", "3,20", in_t="bf16")
+    with pytest.raises(VerifierError, match="operand 0 is bf16, but reducer red takes f32"):
+        verify_module(parse_module(mixed))
+    converted = mixed.replace("ROOT r = f32[3,20] reduce-window(x, ",
+                              "xf = f32[6,20] convert(x)\n  ROOT r = f32[3,20] reduce-window(xf, ")
+    assert converted != mixed
+    assert_cpu_matches_interpreter(converted, rng, rtol=1e-5, atol=1e-5)
 
 
 VARIADIC = """HloModule argmax_window
