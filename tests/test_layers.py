@@ -109,3 +109,31 @@ def test_files_and_functions_stay_small(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, f"{path.relative_to(ROOT)}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def _module_aliases(path: Path) -> set[str]:
+    """The local names a file binds to pyxla modules (`from ..dot import gemm`)."""
+    rel = path.relative_to(ROOT).with_suffix("").parts
+    package = list(rel[:-1])
+    aliases = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "pyxla"):
+            if node.level:
+                parts = package[:len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            else:
+                parts = node.module.split(".")[1:]
+            for a in node.names:
+                target = ROOT.joinpath(*parts, a.name)
+                if target.with_suffix(".py").exists() or target.is_dir():
+                    aliases.add(a.asname or a.name)
+    return aliases
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+def test_no_private_names_read_through_a_module(path):
+    """`gemm._GemmIr` is the same reach into another module's privates as importing it."""
+    aliases = _module_aliases(path)
+    wrong = [f"line {node.lineno}: {node.value.id}.{node.attr}" for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+             and node.attr.startswith("_") and not node.attr.startswith("__")]
+    assert not wrong, f"{path.relative_to(ROOT)} reads private names of other modules: {wrong}"

@@ -65,7 +65,7 @@ def _round_up(x: int, step: int) -> int:
     return -(-x // step) * step
 
 
-class _RunsGemmIr(gemm._GemmIr):
+class _RunsGemmIr(gemm.GemmIr):
     """dot/gemm.py's module (micro-kernel, packing) with, as its entry, `taps` products that
     share their B and their depth, a list of runs: run r (from r0, `runs` of them) is image
     r // rows, row r % rows. Tap t's A element (i, run r, j) lies at a[tap_offsets[t] + i*a_rs

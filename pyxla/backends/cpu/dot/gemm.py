@@ -99,7 +99,7 @@ def workspace_bytes(dtype_name: str, m: int, n: int, k: int) -> int:
     return sum(_round_up(p * t.element_bytes, 64) for p in parts)
 
 
-class _GemmIr:
+class GemmIr:
     """The module for one element type: the micro-kernel, packing, the product."""
 
     def __init__(self, dtype_name: str, triple: str):
@@ -353,7 +353,7 @@ def gemm_address(dtype_name: str) -> int:
 @cache
 def _kernel_address(dtype_name: str, vector_bytes: int) -> int:
     jit = host_jit()
-    module = _GemmIr(dtype_name, jit.target_machine.triple)
+    module = GemmIr(dtype_name, jit.target_machine.triple)
     name = module.entry.name
     return jit.compile_helper(name, str(module.m), (name,))[name]
 
@@ -365,7 +365,7 @@ def kernel_symbol(dtype_name: str) -> str:
 
 def kernel_ir(dtype_name: str) -> str:
     """The kernel's module for the host's vector width (an object file links it in)."""
-    return str(_GemmIr(dtype_name, host_jit().target_machine.triple).m)
+    return str(GemmIr(dtype_name, host_jit().target_machine.triple).m)
 
 
 def emit_own_gemm(b: ir.IRBuilder, dtype_name: str, c_ptr, a_ptr, b_ptr, m, n, k: int, strides: tuple, ldc: int,
