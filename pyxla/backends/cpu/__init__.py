@@ -74,7 +74,8 @@ class CpuBackend:
                                    native.arena_size, native.loaded, forms)
         profile = codegen.profile
         if profile:
-            profile.attach(*(native.loaded.addresses[name] for name in (profile.counters_name, profile.clock_name)))
+            profile.attach(*(native.loaded.addresses[name] for name in (profile.counters_name, profile.clock_name)),
+                           native.loaded)
             executable.profile = profile
         return executable
 

@@ -1,6 +1,10 @@
 """PYXLA_PROFILE: per-kernel counters emitted into the program (runtime/kernel_profile.py). The
 program must compute what it computes without them, and every count must match the calls
 that ran."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -104,3 +108,29 @@ def test_off_unless_asked(monkeypatch, value, rng):
     a = rng.standard_normal((32, 48)).astype(np.float32)
     b = rng.standard_normal((48, 64)).astype(np.float32)
     np.testing.assert_allclose(exe.run_flat([a, b])[0], reference(a, b), rtol=2e-5, atol=2e-5)
+
+
+DROPPED_EXECUTABLES = """
+import gc
+import numpy as np
+import pyxla
+
+x = np.arange(4096, dtype=np.float32)
+for scale in (2.0, 3.0, 4.0):
+    f = pyxla.jit(lambda a, s=scale: np.float32(s) * pyxla.numpy.tanh(a) + a)
+    f(x)
+    del f                 # the executable, and the engine holding its counters, dropped
+    gc.collect()
+print("done")
+"""
+
+
+def test_report_at_exit_reads_counters_of_dropped_executables(tmp_path):
+    """The report printed at exit reads every profiled program's counters; an executable
+    dropped before (its machine code freed with it) must not take them along."""
+    env = {**os.environ, "PYXLA_PROFILE": "1", "PYXLA_CACHE_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", DROPPED_EXECUTABLES], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "done" in run.stdout
+    assert run.stderr.count("pyxla profile of") == 3, run.stderr[-2000:]

@@ -96,10 +96,15 @@ class KernelProfile:
         self._module = self._counters = self._clock = None   # the IR is not needed after this
 
     # --- after compilation ------------------------------------------------------------------
-    def attach(self, counters_address: int, clock_address: int) -> None:
+    def attach(self, counters_address: int, clock_address: int, code: object) -> None:
+        """The counters and clock at these addresses of `code`, the loaded machine code that
+        holds them. The profile keeps `code` alive: the report at exit reads the counters of
+        executables that were dropped long before (each executable owns its engine, which
+        would free them with it)."""
         self._address = counters_address
+        self._code = code
         _calibrate(ctypes.CFUNCTYPE(ctypes.c_int64)(clock_address))
-        _live.append(self)   # the counters live as long as the process's JIT, so the report can too
+        _live.append(self)
 
     def _counts(self) -> list[tuple[int, int]]:
         raw = (ctypes.c_int64 * (2 * len(self.sites))).from_address(self._address)

@@ -186,7 +186,10 @@ class LoadedCode:
         self.engine = engine
         self.addresses = addresses
         _live_engines[0] += 1
-        weakref.finalize(self, _engine_gone, engine)
+        # Not at exit: weakref runs pending finalizers from its own atexit hook, before hooks
+        # registered earlier, such as the PYXLA_PROFILE report that reads counters in this
+        # code; the process's end frees the memory anyway.
+        weakref.finalize(self, _engine_gone, engine).atexit = False
 
 
 def _engine_gone(engine: llvm.ExecutionEngine) -> None:
