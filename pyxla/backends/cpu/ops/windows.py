@@ -25,6 +25,7 @@ from ...llvm.loops import counted_loop, for_range, short_circuit, stepped_loop
 from ...llvm.windows import clamped_windows, fold_tree, when, window_source
 from ..codegen import KERNELS, kernel_root, output_pointers
 from ..runtime.llvm_jit import host_jit
+from .select_scatter import emit_disjoint
 
 VECTOR_ROW_BYTES = 32  # a pool row's vectors (8 f32): rows of 12 to 56 outputs gain more than wider ones would
 MIN_INTERIOR = 8   # positions a row's unchecked loop needs at least to be worth its own loop
@@ -226,7 +227,11 @@ def emit_reduce_window(ke) -> None:
 def emit_select_and_scatter(ke) -> None:
     """The output starts as the init value; then for each source element in row-major order,
     its window selects one operand element (the first that exists, replaced by each later one
-    the select computation does not keep over it) and the source value is scattered onto it."""
+    the select computation does not keep over it) and the source value is scattered onto it.
+    Disjoint windows (max-pool gradients) take select_scatter.py's single pass instead; these
+    loops are the route for everything else (overlapping windows, any select and scatter)."""
+    if emit_disjoint(ke):
+        return
     root = kernel_root(ke)
     operand, source, init = root.operands
     window: tuple[WindowDim, ...] = tuple(root.attrs["window"])
