@@ -92,7 +92,7 @@ from .dot.blas import emit_gemm
 from .dot.gemv import emit_gemv
 from .dot.plan import plan_gemm
 from .dot.tasks import emit_dot_tasks
-from .ops.column_reduce import column_reduce, emit_column_reduction
+from .ops.column_reduce import column_reductions, emit_column_reduction
 from .ops.concat_rows import concatenate_of, emit_concatenated_rows
 from .runtime import kernel_profile
 from .runtime.native_target import aot_emission
@@ -457,8 +457,9 @@ class KernelEmitter:
         if any(_reduce_rows(r) != rows for r in reduces) or any(shape.dims[:len(rows)] != rows
                                                                 for _, shape, _ in leaves):
             return self._emit_reductions_apart(reduces, leaves)
-        if len(reduces) == 1 and len(leaves) == 1 and column_reduce(reduces[0], root, self.instr.shape):
-            return emit_column_reduction(self, reduces[0])
+        columns = column_reductions(root, self.instr.shape) if len(reduces) == len(leaves) else None
+        if columns is not None:
+            return emit_column_reduction(self, [(r, self._out_at(at)) for r, (_, _, at) in zip(columns, leaves)])
         row_work = sum(r.operands[0].shape.size for r in reduces) + sum(s.size for _, s, _ in leaves)
         work = row_work * self.element_cost()
         pool = worker_pool() if work >= PARALLEL_MIN_WORK else None
