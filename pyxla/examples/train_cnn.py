@@ -12,14 +12,14 @@ cross-entropy and Adam, the whole step one `pyxla.jit` program.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-import pyxla
 import pyxla.numpy as pnp
-from pyxla import lax, nn, optimizers, random
+from pyxla import lax, nn, random
 from pyxla.nn import initializers
+
+from . import training
 
 SIZE = 16
 DIRECTIONS = np.array([(1, 0), (0, 1), (1, 1), (1, -1)], np.float32)   # the classes: stripe orientations
@@ -70,20 +70,8 @@ def loss_fn(params, images, labels):
 
 
 def make_step(optimizer):
-    _, opt_update, get_params = optimizer
-
-    @pyxla.jit
-    def step(i, opt_state, images, labels):
-        loss, grads = pyxla.value_and_grad(loss_fn)(get_params(opt_state), images, labels)
-        return loss, opt_update(i, grads, opt_state)
-    return step
-
-
-predict_jit = pyxla.jit(predict)
-
-
-def accuracy(params, images, labels) -> float:
-    return float(np.mean(np.argmax(predict_jit(params, images), -1) == labels))
+    """The training step of this CNN: one program (examples/training.py)."""
+    return training.make_step(loss_fn, optimizer)
 
 
 def parse_args(argv=None):
@@ -101,36 +89,10 @@ def main(argv=None) -> dict:
     """Train; print progress; return the figures (the tests read them)."""
     args = parse_args(argv)
     k_train, k_test, k_init, k_shuffle = random.split(random.PRNGKey(args.seed), 4)
-    x_train, y_train = make_dataset(k_train, args.train_size)
-    x_test, y_test = make_dataset(k_test, 1024)
-    optimizer = optimizers.adam(args.lr)
-    opt_state = optimizer.init_fn(init_params(k_init))
-    step = make_step(optimizer)
+    train_set = make_dataset(k_train, args.train_size)
+    test_set = make_dataset(k_test, 1024)
     order = np.asarray(random.permutation(k_shuffle, args.train_size))
-    batches = args.train_size // args.batch
-
-    start = time.perf_counter()
-    compiled = step.lower(np.int32(0), opt_state, x_train[:args.batch], y_train[:args.batch]).compile()
-    memory = compiled.memory_analysis()
-    print(f"compiled the training step in {time.perf_counter() - start:.2f} s; temporaries "
-          f"{memory['temp_size_in_bytes'] / 2 ** 20:.2f} MiB")
-
-    losses = []
-    start = time.perf_counter()
-    for i in range(args.steps):
-        idx = order[(i % batches) * args.batch:(i % batches + 1) * args.batch]
-        loss, opt_state = compiled(np.int32(i), opt_state, x_train[idx], y_train[idx])
-        losses.append(float(loss))
-        if i % args.log_every == 0 or i == args.steps - 1:
-            print(f"step {i:5d}  loss {losses[-1]:.4f}")
-    seconds = time.perf_counter() - start
-    params = optimizer.params_fn(opt_state)
-    result = {"losses": losses, "step_ms": 1e3 * seconds / max(args.steps, 1), "memory": memory,
-              "train_accuracy": accuracy(params, x_train, y_train), "test_accuracy": accuracy(params, x_test, y_test)}
-    print(f"{args.steps} steps in {seconds:.2f} s: {result['step_ms']:.3f} ms per step")
-    print(f"accuracy: train {result['train_accuracy']:.3f}, held out {result['test_accuracy']:.3f} "
-          f"(chance {1 / CLASSES:.2f})")
-    return result
+    return training.train(args, loss_fn, predict, init_params(k_init), train_set, test_set, order, CLASSES)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,14 @@ plan (`Compiled.memory_analysis()`) and the accuracy on held-out data at the end
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-import pyxla
 import pyxla.numpy as pnp
-from pyxla import nn, optimizers, random
+from pyxla import nn, random
 from pyxla.nn import initializers
+
+from . import training
 
 CLASSES = 10
 
@@ -60,28 +60,8 @@ def loss_fn(params, x, labels):
 
 
 def make_step(optimizer):
-    """The training step: the loss and its gradients, then the optimizer's update, one program."""
-    _, opt_update, get_params = optimizer
-
-    @pyxla.jit
-    def step(i, opt_state, x, labels):
-        loss, grads = pyxla.value_and_grad(loss_fn)(get_params(opt_state), x, labels)
-        return loss, opt_update(i, grads, opt_state)
-    return step
-
-
-predict_jit = pyxla.jit(predict)
-
-
-def accuracy(params, x, labels) -> float:
-    return float(np.mean(np.argmax(predict_jit(params, x), -1) == labels))
-
-
-def _memory_line(memory: dict) -> str:
-    mib = {k: v / 2 ** 20 for k, v in memory.items()}
-    return (f"memory of the step: arguments {mib['argument_size_in_bytes']:.2f} MiB, outputs "
-            f"{mib['output_size_in_bytes']:.2f} MiB, temporaries {mib['temp_size_in_bytes']:.2f} MiB "
-            f"({mib['temp_bytes_without_reuse']:.2f} MiB without buffer reuse)")
+    """The training step of this MLP: one program (examples/training.py)."""
+    return training.make_step(loss_fn, optimizer)
 
 
 def parse_args(argv=None):
@@ -102,38 +82,11 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     k_teacher, k_train, k_test, k_init, k_shuffle = random.split(random.PRNGKey(args.seed), 5)
     teacher = make_teacher(k_teacher, args.features)
-    x_train, y_train = make_dataset(teacher, k_train, args.train_size)
-    x_test, y_test = make_dataset(teacher, k_test, 2048)   # held out: the same teacher, fresh inputs
+    train_set = make_dataset(teacher, k_train, args.train_size)
+    test_set = make_dataset(teacher, k_test, 2048)   # held out: the same teacher, fresh inputs
     params = init_params(k_init, [args.features, args.hidden, args.hidden, CLASSES])
-    optimizer = optimizers.adam(args.lr)
-    opt_state = optimizer.init_fn(params)
-    step = make_step(optimizer)
-
-    batches = args.train_size // args.batch
     order = np.asarray(random.permutation(k_shuffle, args.train_size))
-    first = order[:args.batch]
-    start = time.perf_counter()
-    compiled = step.lower(np.int32(0), opt_state, x_train[first], y_train[first]).compile()
-    print(f"compiled the training step in {time.perf_counter() - start:.2f} s")
-    memory = compiled.memory_analysis()
-    print(_memory_line(memory))
-
-    losses = []
-    start = time.perf_counter()
-    for i in range(args.steps):
-        idx = order[(i % batches) * args.batch:(i % batches + 1) * args.batch]
-        loss, opt_state = compiled(np.int32(i), opt_state, x_train[idx], y_train[idx])
-        losses.append(float(loss))
-        if i % args.log_every == 0 or i == args.steps - 1:
-            print(f"step {i:5d}  loss {losses[-1]:.4f}")
-    seconds = time.perf_counter() - start
-    params = optimizer.params_fn(opt_state)
-    result = {"losses": losses, "step_ms": 1e3 * seconds / max(args.steps, 1), "memory": memory,
-              "train_accuracy": accuracy(params, x_train, y_train), "test_accuracy": accuracy(params, x_test, y_test)}
-    print(f"{args.steps} steps in {seconds:.2f} s: {result['step_ms']:.3f} ms per step")
-    print(f"accuracy: train {result['train_accuracy']:.3f}, held out {result['test_accuracy']:.3f} "
-          f"(chance {1 / CLASSES:.2f})")
-    return result
+    return training.train(args, loss_fn, predict, params, train_set, test_set, order, CLASSES)
 
 
 if __name__ == "__main__":
