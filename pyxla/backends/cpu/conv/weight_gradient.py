@@ -157,7 +157,7 @@ class _RunsGemmIr(gemm.GemmIr):
             def slice_k(first, count, kc, accumulate):
                 def rows_block(ic, mc, x, c_at):
                     pack_rows(x, ic, mc, first, count, kc)
-                    self._tiles(b, kc, ic, mc, jc, nc, c_at, ap, bp, edge, ldc, accumulate)
+                    self.tiles(b, kc, ic, mc, jc, nc, c_at, ap, bp, edge, ldc, accumulate)
 
                 pack_columns(bm, jc, nc, first, count, kc)
                 each_tap(lambda offset, c_at: self._steps(b, m, t.mc, lambda ic, mc: rows_block(
@@ -175,27 +175,6 @@ class _RunsGemmIr(gemm.GemmIr):
         self._steps(b, n, NC, columns)
         b.ret_void()
         return fn
-
-    def _tiles(self, b, kc, ic, mc, jc, nc, c, ap, bp, edge, ldc, accumulate) -> None:
-        """The register tiles of rows ic.. (mc, packed at ap) by columns jc.. (nc, packed at bp)."""
-        t = self.t
-
-        def column_panel(jr, nr):
-            bpanel = self._at(b, bp, b.mul(jr, kc))
-
-            def row_panel(ir_, mr):
-                apanel = self._at(b, ap, b.mul(ir_, kc))
-                tile = self._at(b, c, b.add(b.mul(b.add(ic, ir_), ldc), b.add(jc, jr)))
-                whole = b.and_(b.icmp_signed("==", mr, i64(t.mr)), b.icmp_signed("==", nr, i64(t.nr)))
-                with b.if_else(whole) as (then, otherwise):
-                    with then:
-                        b.call(self.micro, [kc, apanel, bpanel, tile, ldc, accumulate])
-                    with otherwise:
-                        self._edge_tile(b, kc, apanel, bpanel, tile, ldc, accumulate, mr, nr, edge)
-
-            self._steps(b, mc, t.mr, row_panel)
-
-        self._steps(b, nc, t.nr, column_panel)
 
 
 def products(module: ir.Module, dtype_name: str) -> ir.Function:

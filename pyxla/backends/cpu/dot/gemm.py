@@ -297,23 +297,7 @@ class GemmIr:
                 def rows(ic, mc):
                     b.call(self.pack_a, [mc, kc, self._at(b, a, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs))),
                                          a_rs, a_cs, ap])
-
-                    def column_panel(jr, nr):
-                        bpanel = self._at(b, bp, b.mul(jr, kc))
-
-                        def row_panel(ir_, mr):
-                            apanel = self._at(b, ap, b.mul(ir_, kc))
-                            tile = self._at(b, c, b.add(b.mul(b.add(ic, ir_), ldc), b.add(jc, jr)))
-                            whole = b.and_(b.icmp_signed("==", mr, i64(t.mr)), b.icmp_signed("==", nr, i64(t.nr)))
-                            with b.if_else(whole) as (then, otherwise):
-                                with then:
-                                    b.call(self.micro, [kc, apanel, bpanel, tile, ldc, accumulate])
-                                with otherwise:
-                                    self._edge_tile(b, kc, apanel, bpanel, tile, ldc, accumulate, mr, nr, edge)
-
-                        self._steps(b, mc, t.mr, row_panel)
-
-                    self._steps(b, nc, t.nr, column_panel)
+                    self.tiles(b, kc, ic, mc, jc, nc, c, ap, bp, edge, ldc, accumulate)
 
                 self._steps(b, m, t.mc, rows)
 
@@ -322,6 +306,29 @@ class GemmIr:
         self._steps(b, n, NC, columns)
         b.ret_void()
         return fn
+
+    def tiles(self, b, kc, ic, mc, jc, nc, c, ap, bp, edge, ldc, accumulate) -> None:
+        """The register tiles of rows ic.. (mc, packed at ap) by columns jc.. (nc, packed at bp):
+        the micro-kernel on whole tiles, the edge kernel on the rest (also the weight-gradient
+        route's, conv/weight_gradient.py)."""
+        t = self.t
+
+        def column_panel(jr, nr):
+            bpanel = self._at(b, bp, b.mul(jr, kc))
+
+            def row_panel(ir_, mr):
+                apanel = self._at(b, ap, b.mul(ir_, kc))
+                tile = self._at(b, c, b.add(b.mul(b.add(ic, ir_), ldc), b.add(jc, jr)))
+                whole = b.and_(b.icmp_signed("==", mr, i64(t.mr)), b.icmp_signed("==", nr, i64(t.nr)))
+                with b.if_else(whole) as (then, otherwise):
+                    with then:
+                        b.call(self.micro, [kc, apanel, bpanel, tile, ldc, accumulate])
+                    with otherwise:
+                        self._edge_tile(b, kc, apanel, bpanel, tile, ldc, accumulate, mr, nr, edge)
+
+            self._steps(b, mc, t.mr, row_panel)
+
+        self._steps(b, nc, t.nr, column_panel)
 
     def _edge_tile(self, b, kc, apanel, bpanel, tile, ldc, accumulate, mr, nr, edge) -> None:
         """A tile cut by the edge of C: the micro-kernel on the full-size buffer `edge`,
