@@ -57,6 +57,21 @@ def argument_value(name: str, x: Any) -> tuple[Any, bool]:
     return arr, weak
 
 
+def output_leaves(trace: Trace, out: Any, name: str) -> tuple[list[Tracer], PyTreeDef]:
+    """The leaves of a traced function's result `out` as values of `trace` (entered), and its
+    tree; every leaf must be an array."""
+    leaves, tree = tree_flatten(out)
+    try:
+        lifted = [trace.lift(leaf) for leaf in leaves]
+    except (TypeError, ValueError) as e:
+        raise TraceError(f"{name}: the function must return arrays (a pytree of them): {e}{where()}") from None
+    for t in lifted:
+        if not isinstance(t.aval, ArrayShape):
+            raise TraceError(f"{name}: the function returned a value of shape {t.aval.to_text(False)}, "
+                             f"not an array{where()}")
+    return lifted, tree
+
+
 def stage(fn: Callable, leaves: Sequence[Any], weak: Sequence[bool], in_tree: PyTreeDef,
           name: str) -> Staged:
     """`fn(*tree_unflatten(in_tree, leaves))` traced into a computation; `fn` may return any
@@ -64,16 +79,7 @@ def stage(fn: Callable, leaves: Sequence[Any], weak: Sequence[bool], in_tree: Py
     trace = Trace(name, parent=current_trace())
     params = [trace.new_parameter(shape_of(x), f"arg{i}", w) for i, (x, w) in enumerate(zip(leaves, weak))]
     with trace:
-        out = fn(*tree_unflatten(in_tree, params))
-        out_leaves, out_tree = tree_flatten(out)
-        try:
-            lifted = [trace.lift(leaf) for leaf in out_leaves]
-        except (TypeError, ValueError) as e:
-            raise TraceError(f"{name}: the function must return arrays (a pytree of them): {e}{where()}") from None
-    for t in lifted:
-        if not isinstance(t.aval, ArrayShape):
-            raise TraceError(f"{name}: the function returned a value of shape {t.aval.to_text(False)}, "
-                             f"not an array{where()}")
+        lifted, out_tree = output_leaves(trace, fn(*tree_unflatten(in_tree, params)), name)
     if len(lifted) == 1:
         root = lifted[0].instr
     else:

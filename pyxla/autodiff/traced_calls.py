@@ -22,12 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TraceError
-from ..frontend.pytree import PyTreeDef, tree_flatten
-from ..frontend.tracing import Trace, Tracer, bind, current_trace, emission_scope, shape_of, where
+from ..frontend.pytree import PyTreeDef
+from ..frontend.tracing import Trace, Tracer, bind, current_trace, emission_scope, shape_of
 from ..hlo.computation import HloComputation
 from ..hlo.shape import ArrayShape, Shape
-from .staging import location, operand_value, semantic_attrs
+from .staging import location, operand_value, output_leaves, semantic_attrs
 
 # The rule of each called computation that has one: a custom_jvp, custom_vjp or checkpoint record.
 CALL_RULES: weakref.WeakKeyDictionary[HloComputation, Any] = weakref.WeakKeyDictionary()
@@ -52,15 +51,7 @@ def trace_leaves(fn: Callable[..., Any], avals: Sequence[Shape], weak: Sequence[
     trace = Trace(f"{name}.{next(_names)}", parent=current_trace())
     params = [trace.new_parameter(a, f"arg{i}", w) for i, (a, w) in enumerate(zip(avals, weak))]
     with trace:
-        leaves, tree = tree_flatten(fn(*params))
-        try:
-            lifted = [trace.lift(leaf) for leaf in leaves]
-        except (TypeError, ValueError) as e:
-            raise TraceError(f"{name}: the function must return arrays (a pytree of them): {e}{where()}") from None
-    for t in lifted:
-        if not isinstance(t.aval, ArrayShape):
-            raise TraceError(f"{name}: the function returned a value of shape {t.aval.to_text(False)}, "
-                             f"not an array{where()}")
+        lifted, tree = output_leaves(trace, fn(*params), name)
     root = lifted[0].instr if len(lifted) == 1 else trace.builder.tuple(*[t.instr for t in lifted])
     computation = trace.builder.build(root)
     return TracedLeaves(trace, computation, tree, [t.aval for t in lifted], [o for o, _ in trace.captures])
