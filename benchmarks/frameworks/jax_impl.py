@@ -59,52 +59,44 @@ def _build(name):
 
 
 PARAMS = ("w1", "b1", "w2", "b2")
-
-
-def _build_mlp_train(ins):
-    import jax
-    import jax.numpy as jnp
-
-    def loss(params, x, labels):
-        h = jnp.tanh(x @ params["w1"] + params["b1"])
-        logits = h @ params["w2"] + params["b2"]
-        return -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1))
-
-    step = jax.jit(jax.value_and_grad(loss))
-    x, w1, b1, w2, b2, labels = (jax.device_put(a) for a in ins)
-    params = dict(zip(PARAMS, (w1, b1, w2, b2)))
-
-    def run():
-        value, grads = jax.block_until_ready(step(params, x, labels))
-        return (np.asarray(value), *(np.asarray(grads[k]) for k in PARAMS))
-    return run
-
-
 CNN_PARAMS = ("w", "b", "wd", "bd")
 
 
-def _build_cnn_train(ins):
+def _mlp_loss(params, x, labels):
     import jax
     import jax.numpy as jnp
 
-    cnn = _functions()["cnn_block"]
+    h = jnp.tanh(x @ params["w1"] + params["b1"])
+    logits = h @ params["w2"] + params["b2"]
+    return -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1))
 
-    def loss(params, x, labels):
-        pooled = cnn(x, params["w"], params["b"])
-        logits = pooled.reshape(pooled.shape[0], -1) @ params["wd"] + params["bd"]
-        return -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1))
 
-    step = jax.jit(jax.value_and_grad(loss))
-    x, w, b, wd, bd, labels = (jax.device_put(a) for a in ins)
-    params = dict(zip(CNN_PARAMS, (w, b, wd, bd)))
+def _cnn_loss(params, x, labels):
+    import jax
+    import jax.numpy as jnp
 
-    def run():
-        value, grads = jax.block_until_ready(step(params, x, labels))
-        return (np.asarray(value), *(np.asarray(grads[k]) for k in CNN_PARAMS))
-    return run
+    pooled = _functions()["cnn_block"](x, params["w"], params["b"])
+    logits = pooled.reshape(pooled.shape[0], -1) @ params["wd"] + params["bd"]
+    return -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1))
+
+
+def _train_step(loss, names):
+    """A training workload's builder: inputs (x, *parameters, labels) -> (loss, *gradients)."""
+    def build(ins):
+        import jax
+
+        step = jax.jit(jax.value_and_grad(loss))
+        x, *weights, labels = (jax.device_put(a) for a in ins)
+        params = dict(zip(names, weights))
+
+        def run():
+            value, grads = jax.block_until_ready(step(params, x, labels))
+            return (np.asarray(value), *(np.asarray(grads[k]) for k in names))
+        return run
+    return build
 
 
 BUILDERS = {name: _build(name) for name in
             ("sum_fma", "gelu", "softmax", "layer_norm", "mlp", "attention", "cnn_block", "dispatch")}
-BUILDERS["mlp_train"] = _build_mlp_train
-BUILDERS["cnn_train"] = _build_cnn_train
+BUILDERS["mlp_train"] = _train_step(_mlp_loss, PARAMS)
+BUILDERS["cnn_train"] = _train_step(_cnn_loss, CNN_PARAMS)

@@ -57,17 +57,6 @@ def mlp_loss(params, x, labels):
     return -pnp.mean(pnp.sum(labels * nn.log_softmax(logits, axis=-1), axis=-1))
 
 
-def _build_mlp_train(ins):
-    x, w1, b1, w2, b2, labels = ins
-    params = dict(zip(PARAMS, (w1, b1, w2, b2)))
-    step = pyxla.jit(pyxla.value_and_grad(mlp_loss), backend="cpu")
-
-    def run():
-        loss, grads = step(params, x, labels)
-        return (loss, *(grads[k] for k in PARAMS))
-    return run
-
-
 CNN_PARAMS = ("w", "b", "wd", "bd")
 
 
@@ -77,15 +66,18 @@ def cnn_loss(params, x, labels):
     return -pnp.mean(pnp.sum(labels * nn.log_softmax(logits, axis=-1), axis=-1))
 
 
-def _build_cnn_train(ins):
-    x, w, b, wd, bd, labels = ins
-    params = dict(zip(CNN_PARAMS, (w, b, wd, bd)))
-    step = pyxla.jit(pyxla.value_and_grad(cnn_loss), backend="cpu")
+def _train_step(loss, names):
+    """A training workload's builder: inputs (x, *parameters, labels) -> (loss, *gradients)."""
+    def build(ins):
+        x, *weights, labels = ins
+        params = dict(zip(names, weights))
+        step = pyxla.jit(pyxla.value_and_grad(loss), backend="cpu")
 
-    def run():
-        loss, grads = step(params, x, labels)
-        return (loss, *(grads[k] for k in CNN_PARAMS))
-    return run
+        def run():
+            value, grads = step(params, x, labels)
+            return (value, *(grads[k] for k in names))
+        return run
+    return build
 
 
 def _build(name):
@@ -96,5 +88,5 @@ def _build(name):
 
 
 BUILDERS = {name: _build(name) for name in FUNCTIONS}
-BUILDERS["mlp_train"] = _build_mlp_train
-BUILDERS["cnn_train"] = _build_cnn_train
+BUILDERS["mlp_train"] = _train_step(mlp_loss, PARAMS)
+BUILDERS["cnn_train"] = _train_step(cnn_loss, CNN_PARAMS)
