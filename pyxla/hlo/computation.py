@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import cast
+from typing import TypeVar, cast
 
 from .instruction import HloInstruction
 from .shape import Shape, TupleShape
 
+T = TypeVar("T")
 
-def operands_first(starts: Iterable[HloInstruction],
-                   predecessors: Callable[[HloInstruction], list[HloInstruction]] = lambda node: node.operands,
-                   ) -> list[HloInstruction]:
-    """Every instruction reached from `starts` through `predecessors` (operands, by default),
-    each after all of its predecessors, the first start's ancestors first."""
+
+def predecessors_first(starts: Iterable[T], predecessors: Callable[[T], list[T]]) -> list[T]:
+    """Every node reached from `starts` through `predecessors`, each after all of its
+    predecessors, the first start's ancestors first; a cycle is cut where it closes (the
+    verifier reports cycles)."""
     seen: set[int] = set()
-    order: list[HloInstruction] = []
+    order: list[T] = []
     for start in starts:
         stack = [(start, False)]
         while stack:
@@ -28,6 +29,14 @@ def operands_first(starts: Iterable[HloInstruction],
             stack.append((node, True))
             stack.extend((op, False) for op in reversed(predecessors(node)) if id(op) not in seen)
     return order
+
+
+def operands_first(starts: Iterable[HloInstruction],
+                   predecessors: Callable[[HloInstruction], list[HloInstruction]] = lambda node: node.operands,
+                   ) -> list[HloInstruction]:
+    """Every instruction reached from `starts` through `predecessors` (operands, by default),
+    each after all of its predecessors, the first start's ancestors first."""
+    return predecessors_first(starts, predecessors)
 
 
 class HloComputation:

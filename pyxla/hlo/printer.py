@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .attributes import attribute_kind
-from .computation import HloComputation
+from .computation import HloComputation, predecessors_first
 from .instruction import HloInstruction
 from .shape import ArrayShape, Shape, TupleShape
 from .types import LOW_PRECISION_FLOATS, ElementType
@@ -102,26 +102,12 @@ def _callees_first(computations: list[HloComputation]) -> list[HloComputation]:
     computation defined before its use, which a computation defined later in the text (or
     added by a pass) would break."""
     members = {id(c) for c in computations}
-    done: set[int] = set()
-    started: set[int] = set()
-    order: list[HloComputation] = []
-    for start in computations:
-        stack = [(start, False)]
-        while stack:
-            comp, expanded = stack.pop()
-            if expanded:
-                if id(comp) not in done:
-                    done.add(id(comp))
-                    order.append(comp)
-                continue
-            if id(comp) in started:   # done, or on the path (a cycle the verifier reports)
-                continue
-            started.add(id(comp))
-            stack.append((comp, True))
-            callees = [c for i in comp.instructions for c in i.called_computations()
-                       if isinstance(c, HloComputation) and id(c) in members and id(c) not in started]
-            stack.extend((c, False) for c in reversed(callees))
-    return order
+
+    def callees(comp: HloComputation) -> list[HloComputation]:
+        return [c for i in comp.instructions for c in i.called_computations()
+                if isinstance(c, HloComputation) and id(c) in members]
+
+    return predecessors_first(computations, callees)
 
 
 def entry_computation_layout(entry: HloComputation) -> str:
