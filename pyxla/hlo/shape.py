@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from math import prod
 
+from .dims import Dim, DimExpr, dim, upper_bound
 from .types import ElementType
 
 
@@ -32,6 +33,14 @@ class Shape:
         raise NotImplementedError
 
 
+def _dim_text(d: Dim) -> str:
+    """XLA's text for a dimension: its size, or `?` / `<=bound` for a symbolic one."""
+    if not isinstance(d, DimExpr):
+        return str(d)
+    bound = upper_bound(d)
+    return "?" if bound is None else f"<={bound}"
+
+
 def default_layout(rank: int) -> tuple[int, ...]:
     return tuple(range(rank - 1, -1, -1))
 
@@ -39,13 +48,16 @@ def default_layout(rank: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class ArrayShape(Shape):
     dtype: ElementType
+    # Each entry is an int, or a DimExpr for a symbolic size (dims.py). DimExprs act as ints
+    # in shape arithmetic and comparisons, so shape rules are written (and typed) for ints;
+    # only static shapes reach buffer assignment and the backends.
     dims: tuple[int, ...]
     layout: tuple[int, ...] | None = None
 
     is_array = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
+        object.__setattr__(self, "dims", tuple(dim(d) for d in self.dims))
         if self.layout is not None:
             object.__setattr__(self, "layout", tuple(int(d) for d in self.layout))
 
@@ -56,6 +68,11 @@ class ArrayShape(Shape):
     @property
     def size(self) -> int:
         return prod(self.dims)
+
+    @property
+    def is_static(self) -> bool:
+        """No dimension is symbolic."""
+        return not any(isinstance(d, DimExpr) for d in self.dims)
 
     @property
     def minor_to_major(self) -> tuple[int, ...]:
@@ -71,7 +88,7 @@ class ArrayShape(Shape):
         return self.size * self.dtype.bytes
 
     def to_text(self, with_layout: bool = True) -> str:
-        text = f"{self.dtype.name}[{','.join(str(d) for d in self.dims)}]"
+        text = f"{self.dtype.name}[{','.join(_dim_text(d) for d in self.dims)}]"
         if with_layout and self.rank > 0:
             text += "{" + ",".join(str(d) for d in self.minor_to_major) + "}"
         return text
