@@ -1,0 +1,647 @@
+"""The dynamic padder: a shape polymorphic module specialised to one bucket of sizes.
+
+A traced shape polymorphic module has symbolic dimensions (hlo/dims.py): `f32[b,32]`.
+`pad_to_bounds(module, {"b": 64})` returns a static module that serves every size
+1 <= b <= 64 (XLA's dynamic padder, driven by bounds instead of dynamic shapes):
+
+  - every dimension expression becomes its value at the bounds (`2*b` -> 128), in shapes
+    and in attributes (slice limits, pad configurations, window sizes, ...);
+  - the ENTRY computation gets one `s32[]` parameter per symbol, sorted by name, after its
+    own parameters: the call's actual size;
+  - an array whose dimension has expression e holds its valid elements in [0, e(n)) of that
+    dimension and unspecified values beyond (the padding). Whatever would observe the
+    padding is rewritten with masks built from iota and the size parameters (below).
+
+Rewrites, by opcode:
+  reduce over a symbolic dimension        inputs masked to the init values
+  dot contracting a symbolic dimension    both operands masked to 0
+  reduce-window over a symbolic dimension inputs masked to the init values
+  concatenate along a symbolic dimension  dynamic-update-slices at runtime offsets (unless only
+                                          the last operand's size is symbolic)
+  pad with high or interior padding on a symbolic dimension
+                                          operand masked to the padding value
+  slice with a symbolic start             dynamic-slice at the runtime start
+  dynamic-slice / dynamic-update-slice    starts clamped to the actual sizes; an update with
+                                          symbolic sizes is merged with what it overwrites
+  get-dimension-size                      the size computed from the size parameters
+Unchanged: elementwise ops, broadcast, iota, transpose, reshapes that keep each symbolic
+dimension outermost of the dimensions it merges with or splits into, dot batch and free
+dimensions, a convolution's batch dimension, slices with static starts, gathers that do not
+index into a symbolic dimension, sort/reverse/top-k along static dimensions, control flow
+whose called computations need no rewrite.
+
+Everything else with a symbolic dimension raises NotImplementedError naming the op, the
+instruction and the dimension: sort, reverse or top-k along a symbolic dimension, reshapes
+that merge a symbolic dimension as other than the outermost of its group, gather or scatter
+indexing into a symbolic operand dimension, convolution over a symbolic spatial or feature
+dimension, masks needed inside called computations (only ENTRY has the size parameters).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from ..hlo.attributes import ConvDimensionNumbers, SliceDim
+from ..hlo.computation import HloComputation
+from ..hlo.dims import Dim, DimExpr, Symbol, dim
+from ..hlo.instruction import HloInstruction
+from ..hlo.module import HloModule
+from ..hlo.ops import op_def
+from ..hlo.shape import ArrayShape, Shape, TupleShape, flatten_shape
+from ..hlo.types import PRED, S32
+from .call_inliner import call_inliner
+
+SIZE_TYPE = S32
+
+
+@dataclass(frozen=True)
+class PaddedModule:
+    """A symbolic module specialised to a bucket (see the module doc).
+
+    `module` is static; its ENTRY takes the original parameters at their padded sizes, then
+    one s32[] actual size per name in `symbols`. `output_dims` / `param_dims` hold, per leaf
+    of the result / of the original parameters (tuples flattened), the symbolic dimensions:
+    evaluate them at the actual sizes to know which part of each padded array is valid."""
+    module: HloModule
+    symbols: tuple[str, ...]
+    bounds: dict[str, int]
+    output_dims: tuple[tuple[Dim, ...], ...]
+    param_dims: tuple[tuple[Dim, ...], ...]
+
+
+def pad_to_bounds(module: HloModule, bounds: Mapping[str, int]) -> PaddedModule:
+    """`module` (left as it is) specialised to the bucket whose sizes are at most `bounds`."""
+    work = module.clone()
+    call_inliner(work)   # a call's body then gets the size parameters like the rest of ENTRY
+    work.computations = work.reachable_computations()
+    entry = work.entry
+    assert entry is not None, f"module {module.name} has no ENTRY computation"
+    symbols = _module_symbols(work)
+    values = _checked_bounds(module.name, symbols, bounds)
+    param_dims = tuple(tuple(s.dims) for p in entry.parameters for s in flatten_shape(p.shape)
+                       if isinstance(s, ArrayShape))
+    output_dims = tuple(tuple(s.dims) for s in flatten_shape(entry.result_shape) if isinstance(s, ArrayShape))
+    padder = _Padder(work, entry, [s.name for s in symbols])
+    for comp in work.computations:
+        padder.rewrite(comp)
+    _substitute(work, values)
+    work.header_attrs.pop("entry_computation_layout", None)   # the signature has grown
+    return PaddedModule(work, tuple(s.name for s in symbols), values, output_dims, param_dims)
+
+
+# --- symbols and bounds -----------------------------------------------------------------------
+
+def _dims_in(value: Any) -> Iterable[DimExpr]:
+    """Every DimExpr inside a shape or an attribute value."""
+    if isinstance(value, DimExpr):
+        yield value
+    elif isinstance(value, ArrayShape):
+        for d in value.dims:
+            if isinstance(d, DimExpr):
+                yield d
+    elif isinstance(value, TupleShape):
+        for e in value.elements:
+            yield from _dims_in(e)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _dims_in(v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _dims_in(getattr(value, f.name))
+
+
+def _module_symbols(module: HloModule) -> list[Symbol]:
+    found: dict[str, Symbol] = {}
+    for comp in module.computations:
+        for instr in comp.instructions:
+            for expr in [*_dims_in(instr.shape), *_dims_in(list(instr.attrs.values()))]:
+                _check_increasing(expr, instr)
+                for s in expr.symbols:
+                    found.setdefault(s.name, s)
+    return [found[n] for n in sorted(found)]
+
+
+def _check_increasing(expr: DimExpr, instr: HloInstruction) -> None:
+    """A size at the bounds is the largest the bucket holds only when the expression grows
+    with its symbols: no term but the constant may be negative."""
+    if any(m and c < 0 for m, c in expr.terms.items()):
+        raise NotImplementedError(f"dynamic padder: {instr.describe()} has the size {expr}, which does not "
+                                  "grow with its symbols, so its value at the bucket's bounds is not an "
+                                  "upper bound")
+
+
+def _checked_bounds(name: str, symbols: list[Symbol], bounds: Mapping[str, int]) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for s in symbols:
+        if s.name not in bounds:
+            raise ValueError(f"pad_to_bounds: module {name} has the symbolic size {s.name!r}, "
+                             f"but the bounds give no value for it (bounds: {dict(bounds)})")
+        value = int(bounds[s.name])
+        if value < s.lower or (s.upper is not None and value > s.upper):
+            upper = "" if s.upper is None else f" and at most {s.upper}"
+            raise ValueError(f"pad_to_bounds: the bound {value} for {s.name!r} is outside its range "
+                             f"(at least {s.lower}{upper})")
+        values[s.name] = value
+    return values
+
+
+# --- substitution -----------------------------------------------------------------------------
+
+def _static(value: Any, values: Mapping[str, int]) -> Any:
+    """`value` (a shape or an attribute value) with every DimExpr replaced by its value."""
+    if isinstance(value, DimExpr):
+        return value.evaluate(values)
+    if isinstance(value, ArrayShape):
+        if value.is_static:
+            return value
+        return ArrayShape(value.dtype, tuple(_static(d, values) for d in value.dims), value.layout)
+    if isinstance(value, TupleShape):
+        return TupleShape(tuple(_static(e, values) for e in value.elements))
+    if isinstance(value, tuple):
+        return tuple(_static(v, values) for v in value)
+    if isinstance(value, list):
+        return [_static(v, values) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and any(True for _ in _dims_in(value)):
+        return dataclasses.replace(value, **{f.name: _static(getattr(value, f.name), values)
+                                             for f in dataclasses.fields(value)})
+    return value
+
+
+def _substitute(module: HloModule, values: Mapping[str, int]) -> None:
+    for comp in module.computations:
+        for instr in comp.instructions:
+            instr.shape = _static(instr.shape, values)
+            for name, value in instr.attrs.items():
+                if any(True for _ in _dims_in(value)):
+                    instr.attrs[name] = _static(value, values)
+
+
+# --- the rewrites -----------------------------------------------------------------------------
+
+def _symbolic(d: Dim) -> bool:
+    return isinstance(d, DimExpr)
+
+
+def _has_symbolic(shape: Shape) -> bool:
+    return any(True for _ in _dims_in(shape))
+
+
+class _Padder:
+    """Rewrites one module's computations; instructions added keep symbolic shapes until
+    `_substitute` makes the whole module static."""
+
+    def __init__(self, module: HloModule, entry: HloComputation, names: list[str]):
+        self.module = module
+        self.entry = entry
+        first = len(entry.parameters)
+        self.size_params: dict[str, HloInstruction] = {}
+        for i, name in enumerate(names):
+            param = HloInstruction(module.fresh_name(f"size_{name}"), "parameter", ArrayShape(SIZE_TYPE, ()),
+                                   parameter_number=first + i)
+            self.size_params[name] = entry.add_instruction(param)
+        self.sizes: dict[DimExpr, HloInstruction] = {}
+
+    # -- building blocks -----------------------------------------------------------------------
+    def add(self, comp: HloComputation, opcode: str, shape: Shape, operands: Iterable[HloInstruction] = (),
+            **attrs: Any) -> HloInstruction:
+        return comp.add_instruction(HloInstruction(self.module.fresh_name(opcode), opcode, shape, operands, attrs))
+
+    def constant(self, comp: HloComputation, value: Any, dtype) -> HloInstruction:
+        literal = np.asarray(value).astype(dtype.np_dtype)
+        return comp.add_instruction(HloInstruction(self.module.fresh_name("constant"), "constant",
+                                                   ArrayShape(dtype, ()), literal=literal))
+
+    def size(self, comp: HloComputation, value: Dim, user: HloInstruction, dtype=SIZE_TYPE) -> HloInstruction:
+        """An instruction computing the actual value of size `value` (a scalar of `dtype`)."""
+        if not isinstance(value, DimExpr):
+            return self.constant(comp, int(value), dtype)
+        if comp is not self.entry:
+            raise NotImplementedError(
+                f"dynamic padder: {user.describe()} needs the actual value of the symbolic size {value}, "
+                f"but it is inside the called computation {comp.name} and only the ENTRY computation has "
+                "the size parameters")
+        if value not in self.sizes:
+            total: HloInstruction | None = None
+            scalar = ArrayShape(SIZE_TYPE, ())
+            for monomial, coefficient in sorted(value.terms.items(), key=lambda mc: len(mc[0])):
+                factors = [self.size_params[s.name] for s, p in monomial for _ in range(p)]
+                if coefficient != 1 or not factors:
+                    factors.append(self.constant(comp, coefficient, SIZE_TYPE))
+                term = factors[0]
+                for f in factors[1:]:
+                    term = self.add(comp, "multiply", scalar, (term, f))
+                total = term if total is None else self.add(comp, "add", scalar, (total, term))
+            assert total is not None
+            self.sizes[value] = total
+        result = self.sizes[value]
+        if dtype != SIZE_TYPE:
+            result = self.add(comp, "convert", ArrayShape(dtype, ()), (result,))
+        return result
+
+    def valid(self, comp: HloComputation, shape: ArrayShape, dims: Iterable[int],
+              user: HloInstruction) -> HloInstruction | None:
+        """pred[shape]: true where every index along `dims` (those that are symbolic) is
+        below the actual size; None when none of `dims` is symbolic."""
+        mask: HloInstruction | None = None
+        index_shape = ArrayShape(SIZE_TYPE, shape.dims)
+        pred_shape = ArrayShape(PRED, shape.dims)
+        for d in dims:
+            if not _symbolic(shape.dims[d]):
+                continue
+            size = self.size(comp, shape.dims[d], user)
+            iota = self.add(comp, "iota", index_shape, iota_dimension=d)
+            limit = self.add(comp, "broadcast", index_shape, (size,), dimensions=())
+            below = self.add(comp, "compare", pred_shape, (iota, limit), direction="LT")
+            mask = below if mask is None else self.add(comp, "and", pred_shape, (mask, below))
+        return mask
+
+    def masked(self, comp: HloComputation, x: HloInstruction, dims: Iterable[int], fill: HloInstruction,
+               user: HloInstruction) -> HloInstruction:
+        """`x` with the padding along `dims` replaced by the scalar `fill`."""
+        shape = x.array_shape
+        mask = self.valid(comp, shape, dims, user)
+        if mask is None:
+            return x
+        filler = self.add(comp, "broadcast", shape.without_layout(), (fill,), dimensions=())
+        return self.add(comp, "select", shape.without_layout(), (mask, x, filler))
+
+    def zero(self, comp: HloComputation, dtype) -> HloInstruction:
+        return self.constant(comp, 0, dtype)
+
+    # -- the walk --------------------------------------------------------------------------------
+    def rewrite(self, comp: HloComputation) -> None:
+        changed = False
+        for instr in comp.post_order():
+            if instr.parent is not comp:
+                continue   # replaced already
+            shapes = [instr.shape, *instr.operand_shapes(), *(v for v in instr.attrs.values())]
+            if not any(True for _ in _dims_in(shapes)):
+                continue
+            handler = _HANDLERS.get(instr.opcode)
+            if handler is not None:
+                changed |= bool(handler(self, comp, instr))
+            elif not _passes_through(instr):
+                raise NotImplementedError(f"dynamic padder: {instr.opcode} with symbolic dimensions "
+                                          f"({_symbolic_description(instr)}) is not supported: "
+                                          f"{instr.describe()}")
+        if changed:
+            comp.sort_topologically()
+
+
+def _symbolic_description(instr: HloInstruction) -> str:
+    parts = []
+    for what, shape in [("result", instr.shape)] + [(f"operand {i}", s) for i, s in enumerate(instr.operand_shapes())]:
+        for k, leaf in enumerate(flatten_shape(shape)):
+            if isinstance(leaf, ArrayShape) and not leaf.is_static:
+                dims = ", ".join(f"dimension {d} is {e}" for d, e in enumerate(leaf.dims) if _symbolic(e))
+                parts.append(f"{what}{f' element {k}' if isinstance(shape, TupleShape) else ''}: {dims}")
+    return "; ".join(parts) or "in its attributes"
+
+
+# Opcodes whose results never depend on the padding of their operands beyond the same
+# positions (or that only move whole values around).
+_THROUGH = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "broadcast", "iota", "transpose",
+                      "copy", "map", "opt-barrier", "after-all", "while", "conditional", "call",
+                      "batch-norm-inference", "rng", "rng-bit-generator", "stochastic-convert"})
+
+
+def _passes_through(instr: HloInstruction) -> bool:
+    return instr.opcode in _THROUGH or op_def(instr.opcode).fusion_kind == "elementwise"
+
+
+def _refuse(instr: HloInstruction, why: str) -> NotImplementedError:
+    return NotImplementedError(f"dynamic padder: {instr.describe()}: {why}")
+
+
+# --- reductions -------------------------------------------------------------------------------
+
+def _reduce(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    n = len(instr.operands) // 2
+    dims = tuple(instr.attrs["dimensions"])
+    changed = False
+    for i in range(n):
+        x, init = instr.operands[i], instr.operands[n + i]
+        masked = p.masked(comp, x, dims, init, instr)
+        if masked is not x:
+            _set_operand(instr, i, masked)
+            changed = True
+    return changed
+
+
+def _drop_user(old: HloInstruction, user: HloInstruction) -> None:
+    if old not in user.operands and user in old.users:
+        old.users.remove(user)
+
+
+def _set_operand(instr: HloInstruction, index: int, new: HloInstruction) -> None:
+    old = instr.operands[index]
+    instr.operands[index] = new
+    if instr not in new.users:
+        new.users.append(instr)
+    _drop_user(old, instr)
+
+
+def _reduce_window(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    n = len(instr.operands) // 2
+    window = instr.attrs["window"]
+    changed = False
+    for i in range(n):
+        x, init = instr.operands[i], instr.operands[n + i]
+        dims = [d for d, w in enumerate(window)
+                if not (w.size == 1 and w.stride == 1 and w.pad_low == 0 and w.pad_high == 0 and w.lhs_dilate == 1)]
+        masked = p.masked(comp, x, dims, init, instr)
+        if masked is not x:
+            _set_operand(instr, i, masked)
+            changed = True
+    return changed
+
+
+def _dot(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    lhs, rhs = instr.operands
+    lc, rc = tuple(instr.attrs.get("lhs_contracting_dims", ())), tuple(instr.attrs.get("rhs_contracting_dims", ()))
+    if not any(_symbolic(lhs.array_shape.dims[d]) for d in lc):
+        return False
+    _set_operand(instr, 0, p.masked(comp, lhs, lc, p.zero(comp, lhs.array_shape.dtype), instr))
+    _set_operand(instr, 1, p.masked(comp, rhs, rc, p.zero(comp, rhs.array_shape.dtype), instr))
+    return True
+
+
+# --- sizes as values --------------------------------------------------------------------------
+
+def _get_dimension_size(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    value = instr.operands[0].array_shape.dims[instr.attrs["dimensions"][0]]
+    comp.replace_instruction(instr, p.size(comp, value, instr))
+    return True
+
+
+# --- data movement ----------------------------------------------------------------------------
+
+def _concatenate(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    d = instr.attrs["dimensions"][0]
+    sizes = [o.array_shape.dims[d] for o in instr.operands]
+    if not any(_symbolic(s) for s in sizes[:-1]):
+        return False   # the padding of the last operand lands in the result's padding
+    shape = instr.array_shape
+    result = p.add(comp, "broadcast", shape.without_layout(), (p.zero(comp, shape.dtype),), dimensions=())
+    zero = p.zero(comp, SIZE_TYPE)
+    offset: Dim = 0
+    for operand, size in zip(instr.operands, sizes):
+        starts = [zero] * shape.rank
+        starts[d] = p.size(comp, offset, instr)
+        result = p.add(comp, "dynamic-update-slice", shape.without_layout(), (result, operand, *starts))
+        offset = offset + size
+    comp.replace_instruction(instr, result)
+    return True
+
+
+def _pad(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    x, value = instr.operands
+    padding = instr.attrs["padding"]
+    dims = [d for d, pd in enumerate(padding) if _symbolic(x.array_shape.dims[d]) and (pd.high != 0 or pd.interior)]
+    for d, pd in enumerate(padding):
+        if _symbolic(pd.low) or (_symbolic(pd.interior)):
+            raise _refuse(instr, f"the padding of dimension {d} ({pd.low}_{pd.high}_{pd.interior}) has a symbolic "
+                                 "low or interior part")
+    masked = p.masked(comp, x, dims, value, instr)
+    if masked is x:
+        return False
+    _set_operand(instr, 0, masked)
+    return True
+
+
+def _slice(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    x = instr.operands[0]
+    spec: tuple[SliceDim, ...] = instr.attrs["slice"]
+    moving = [d for d, s in enumerate(spec) if _symbolic(s.start)]
+    if not moving:
+        return False
+    shape = x.array_shape
+    zero = p.zero(comp, SIZE_TYPE)
+    starts = [zero] * shape.rank
+    sizes = list(shape.dims)
+    for d in moving:
+        s = spec[d]
+        count = instr.array_shape.dims[d]
+        span = (count - 1) * s.stride + 1 if not (isinstance(count, int) and count == 0) else 0
+        if not _grows(shape.dims[d] - s.start - span):
+            raise _refuse(instr, f"dimension {d} is sliced from the symbolic start {s.start} with "
+                                 f"{count} elements out of {shape.dims[d]}: the padded slice may not fit")
+        starts[d] = p.size(comp, s.start, instr)
+        sizes[d] = span
+    window = p.add(comp, "dynamic-slice", ArrayShape(shape.dtype, tuple(sizes)), (x, *starts),
+                   dynamic_slice_sizes=tuple(sizes))
+    rest = tuple(SliceDim(0, sizes[d], s.stride) if d in moving else s for d, s in enumerate(spec))
+    result = p.add(comp, "slice", instr.shape, (window,), slice=rest)
+    comp.replace_instruction(instr, result)
+    return True
+
+
+def _grows(value: Dim) -> bool:
+    """Whether `value` is >= 0 for all sizes in a bucket when it is at the bounds: an int >= 0,
+    or an expression with no negative term but possibly the constant, itself >= 0."""
+    if isinstance(value, DimExpr):
+        return all(c >= 0 for m, c in value.terms.items() if m) and value.constant >= 0
+    return value >= 0
+
+
+def _clamped_start(p: _Padder, comp: HloComputation, start: HloInstruction, limit: Dim,
+                   user: HloInstruction) -> HloInstruction:
+    """`start` clamped to [0, limit] at the actual sizes (limit: operand size - slice size)."""
+    dtype = start.array_shape.dtype
+    return p.add(comp, "clamp", start.shape, (p.zero(comp, dtype), start, p.size(comp, limit, user, dtype)))
+
+
+def _dynamic_slice(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    x, *starts = instr.operands
+    shape = x.array_shape
+    sizes = instr.attrs["dynamic_slice_sizes"]
+    changed = False
+    for d, (full, size) in enumerate(zip(shape.dims, sizes)):
+        if not (_symbolic(full) or _symbolic(size)):
+            continue
+        if _symbolic(size) and not _grows(full - size):
+            raise _refuse(instr, f"dimension {d}: a slice of {size} out of {full} may not fit when padded")
+        _set_operand(instr, 1 + d, _clamped_start(p, comp, starts[d], full - size, instr))
+        changed = True
+    return changed
+
+
+def _dynamic_update_slice(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    x, update, *starts = instr.operands
+    shape, ushape = x.array_shape, update.array_shape
+    changed = False
+    clamped = list(starts)
+    for d, (full, size) in enumerate(zip(shape.dims, ushape.dims)):
+        if not (_symbolic(full) or _symbolic(size)):
+            continue
+        if _symbolic(size) and not _grows(full - size):
+            raise _refuse(instr, f"dimension {d}: an update of {size} into {full} may not fit when padded")
+        clamped[d] = _clamped_start(p, comp, starts[d], full - size, instr)
+        _set_operand(instr, 2 + d, clamped[d])
+        changed = True
+    symbolic_update = [d for d, size in enumerate(ushape.dims) if _symbolic(size)]
+    if symbolic_update:
+        # The update's padding must not overwrite the operand: merge it with what is there.
+        old = p.add(comp, "dynamic-slice", ushape.without_layout(), (x, *clamped),
+                    dynamic_slice_sizes=tuple(ushape.dims))
+        mask = p.valid(comp, ushape, symbolic_update, instr)
+        assert mask is not None
+        merged = p.add(comp, "select", ushape.without_layout(), (mask, update, old))
+        _set_operand(instr, 1, merged)
+    return changed or bool(symbolic_update)
+
+
+def _reshape(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    problem = reshape_problem(instr.operands[0].array_shape.dims, instr.array_shape.dims)
+    if problem:
+        raise _refuse(instr, f"reshape {instr.operands[0].shape.to_text(False)} -> {instr.shape.to_text(False)}: "
+                             f"{problem}")
+    return False
+
+
+def reshape_problem(source: tuple[int, ...], target: tuple[int, ...]) -> str | None:
+    """Why a reshape of padded arrays would mix padding into valid elements, or None when it
+    keeps them apart. It keeps them apart when the symbolic dimensions of both sides pair up,
+    in order, so that each pair starts at the same row-major stride boundary (equal products
+    of the dimensions before) and spans the same extent (equal products from it on), with
+    the dimensions after each in a constant ratio: then a padded element's flat position is
+    padding on both sides."""
+    src = [d for d, size in enumerate(source) if _symbolic(size)]
+    dst = [d for d, size in enumerate(target) if _symbolic(size)]
+    if len(src) != len(dst):
+        return (f"it turns {len(src)} symbolic dimension(s) into {len(dst)}, so padding would be interleaved "
+                "with valid elements")
+    for a, b in zip(src, dst):
+        before_a, before_b = prod(source[:a]), prod(target[:b])
+        after_a, after_b = prod(source[a + 1:]), prod(target[b + 1:])
+        if not (dim(before_a) == dim(before_b) and dim(source[a] * after_a) == dim(target[b] * after_b)
+                and _constant_ratio(after_a, after_b)):
+            return (f"symbolic dimension {a} ({source[a]}) does not map onto symbolic dimension {b} ({target[b]}) "
+                    "as the outermost dimension of its group")
+    return None
+
+
+def _constant_ratio(a: Dim, b: Dim) -> bool:
+    """Whether a / b is a constant (the same for every value of the symbols)."""
+    ea = a if isinstance(a, DimExpr) else DimExpr({(): a})
+    eb = b if isinstance(b, DimExpr) else DimExpr({(): b})
+    if set(ea.terms) != set(eb.terms):
+        return False
+    ratios = {ea.terms[m] * 1.0 / eb.terms[m] for m in ea.terms}
+    return len(ratios) <= 1
+
+
+# --- ops that look along a dimension ------------------------------------------------------------
+
+def _along(opcode_dims: str):
+    """Refuse when a dimension the op works along (its `dimensions` attribute) is symbolic."""
+    def handler(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+        shape = instr.operands[0].array_shape
+        dims = instr.attrs.get(opcode_dims, ())
+        dims = dims if isinstance(dims, tuple) else (dims,)
+        for d in dims:
+            if _symbolic(shape.dims[d]):
+                raise _refuse(instr, f"{instr.opcode} along the symbolic dimension {d} ({shape.dims[d]}) is not "
+                                     "supported")
+        return False
+    return handler
+
+
+def _topk(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    shape = instr.operands[0].array_shape
+    if _symbolic(shape.dims[-1]):
+        raise _refuse(instr, f"top-k along the symbolic dimension {shape.rank - 1} ({shape.dims[-1]}) is not supported")
+    return False
+
+
+def _matrix_op(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    for i, o in enumerate(instr.operands):
+        shape = o.array_shape
+        for d in range(max(shape.rank - 2, 0), shape.rank):
+            if _symbolic(shape.dims[d]):
+                raise _refuse(instr, f"{instr.opcode} over the symbolic matrix dimension {d} ({shape.dims[d]}) of "
+                                     f"operand {i} is not supported (batch dimensions may be symbolic)")
+    return False
+
+
+def _convolution(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    lhs, rhs = instr.operands
+    dn: ConvDimensionNumbers = instr.attrs["dim_labels"]
+    for d, size in enumerate(lhs.array_shape.dims):
+        if _symbolic(size) and d != dn.input_batch:
+            role = "feature" if d == dn.input_feature else "spatial"
+            raise _refuse(instr, f"convolution over the symbolic {role} dimension {d} ({size}) of the input is "
+                                 "not supported (only the batch dimension may be symbolic)")
+    for d, size in enumerate(rhs.array_shape.dims):
+        if _symbolic(size):
+            raise _refuse(instr, f"convolution with the symbolic kernel dimension {d} ({size}) is not supported")
+    if instr.attrs.get("batch_group_count", 1) != 1 and _symbolic(lhs.array_shape.dims[dn.input_batch]):
+        raise _refuse(instr, "convolution with batch groups over a symbolic batch dimension is not supported")
+    return False
+
+
+def _gather(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    shape = instr.operands[0].array_shape
+    sizes = instr.attrs["slice_sizes"]
+    for d in instr.attrs["start_index_map"]:
+        if _symbolic(shape.dims[d]):
+            raise _refuse(instr, f"gather indexing into the symbolic operand dimension {d} ({shape.dims[d]}) is not "
+                                 "supported")
+    for d, (full, size) in enumerate(zip(shape.dims, sizes)):
+        if _symbolic(size) and not full == size:
+            raise _refuse(instr, f"gather with the symbolic slice size {size} in dimension {d} is not supported")
+    return False
+
+
+def _scatter(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    raise _refuse(instr, "scatter with symbolic dimensions is not supported (padded index rows would scatter "
+                         f"unspecified updates; {_symbolic_description(instr)})")
+
+
+def _select_and_scatter(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    shape = instr.operands[0].array_shape
+    for d, w in enumerate(instr.attrs["window"]):
+        if _symbolic(shape.dims[d]) and not (w.size == 1 and w.stride == 1 and w.pad_low == 0 and w.pad_high == 0):
+            raise _refuse(instr, f"select-and-scatter with a window over the symbolic dimension {d} "
+                                 f"({shape.dims[d]}) is not supported")
+    return False
+
+
+def _batch_norm(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    shape = instr.operands[0].array_shape
+    feature = instr.attrs["feature_index"]
+    for d, size in enumerate(shape.dims):
+        if _symbolic(size) and d != feature:
+            raise _refuse(instr, f"{instr.opcode} reduces over the symbolic dimension {d} ({size}); expand it into "
+                                 "reductions before tracing symbolically")
+    return False
+
+
+_HANDLERS: dict[str, Any] = {
+    "reduce": _reduce,
+    "reduce-window": _reduce_window,
+    "dot": _dot,
+    "get-dimension-size": _get_dimension_size,
+    "concatenate": _concatenate,
+    "pad": _pad,
+    "slice": _slice,
+    "dynamic-slice": _dynamic_slice,
+    "dynamic-update-slice": _dynamic_update_slice,
+    "reshape": _reshape,
+    "sort": _along("dimensions"),
+    "reverse": _along("dimensions"),
+    "topk": _topk,
+    "cholesky": _matrix_op,
+    "triangular-solve": _matrix_op,
+    "convolution": _convolution,
+    "gather": _gather,
+    "scatter": _scatter,
+    "select-and-scatter": _select_and_scatter,
+    "batch-norm-training": _batch_norm,
+    "batch-norm-grad": _batch_norm,
+}
