@@ -146,6 +146,8 @@ def plan(conv: HloInstruction, lhs: ArrayShape, out: ArrayShape, threads: int) -
 
 
 class DepthwiseConvolution(ConvolutionEmitter):
+    ROUTE = "depthwise"
+
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
         self.p = plan(conv, self.lhs_shape, conv.shape, self.threads)

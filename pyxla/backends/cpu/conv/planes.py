@@ -191,6 +191,8 @@ def _row_dims(kernel: ArrayShape, output_dim: int) -> tuple[int, ...]:
 
 
 class PlaneConvolution(ConvolutionEmitter):
+    ROUTE = "planes"
+
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
         self.g = g = ConvGeometry.of(conv)

@@ -17,6 +17,8 @@ from ...llvm.convolution import ConvGeometry
 from ...llvm.ir_types import etype
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from ..runtime.llvm_jit import host_jit
+from ..tuning.machine import cache_sizes
+from ..tuning.params import ConvParams, conv_slice_bytes
 
 # Positions of a tile by the host's vector width (llvm_jit.LlvmJit.vector_bytes): positions x
 # TILE_VECTORS accumulators, 12 of AVX2's 16 registers, 16 of AVX-512's 32. AVX-512's wider
@@ -139,15 +141,20 @@ def panel_layout(g: ConvGeometry, t) -> tuple[int, int, int]:
     return lanes, vectors, lanes * vectors
 
 
-def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, panel_ordered: bool = False) -> TilePlan:
+def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, panel_ordered: bool = False,
+         params: ConvParams | None = None) -> TilePlan:
+    """The plan of `conv`'s tiles; what `params` sets (a tuning database's choice,
+    tuning/params.py) replaces the cost model's choice here."""
     g = ConvGeometry.of(conv)
     t = etype(conv)
+    params = params or ConvParams()
     vector_bytes = host_jit().vector_bytes
     lanes, vectors, panel = panel_layout(g, t)
     group_columns = ceil(g.group_features / panel) * panel
     panels = g.groups * group_columns // panel
     total = g.batch * prod(g.output_spatial)
-    positions = _tile_positions(g, total, vector_bytes, panel_ordered)
+    positions = min(params.positions, total) if params.positions else \
+        _tile_positions(g, total, vector_bytes, panel_ordered)
     taps = prod(w.size for w in g.window)
     depth = taps * g.input_features
     pack = not panel_ordered and (group_columns != g.group_features
@@ -160,7 +167,8 @@ def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, p
     run_taps = _run_taps(g, lhs, rhs, stage, pack or panel_ordered)
 
     work = total * panels * panel * depth
-    wanted = threads * TASKS_PER_THREAD if threads > 1 and work >= PARALLEL_MIN_WORK else 1
+    wanted = threads * (params.tasks_per_thread or TASKS_PER_THREAD) if threads > 1 and work >= PARALLEL_MIN_WORK \
+        else 1
     kernel_bytes = panels * panel * depth
     input_bytes = total * depth
     if kernel_bytes > input_bytes:      # cut along the output features first
@@ -172,14 +180,17 @@ def plan(conv: HloInstruction, lhs: ArrayShape, rhs: ArrayShape, threads: int, p
         block_panels = panels
         block_positions = ceil(total / wanted)
     row_bytes = panel * t.bytes
-    block_panels = max(1, min(block_panels, BLOCK_BYTES // (2 * positions * row_bytes)))
-    block_positions = min(block_positions, BLOCK_BYTES // (block_panels * row_bytes) - positions)
+    block_bytes = params.block_bytes or BLOCK_BYTES
+    block_panels = max(1, min(block_panels, block_bytes // (2 * positions * row_bytes)))
+    block_positions = min(block_positions, block_bytes // (block_panels * row_bytes) - positions)
     if block_positions < total:   # whole tiles, but for the last block's
         block_positions = max(positions, block_positions // positions * positions)
     run = run_taps * g.input_features
     segment = 0   # not sliced
     if depth * row_bytes > SLICED_FROM_BYTES:
-        segment = max(1, (PANEL_SLICE_BYTES if panel_ordered else KERNEL_SLICE_BYTES) // row_bytes)
+        slice_bytes = params.slice_bytes or (conv_slice_bytes(PANEL_SLICE_BYTES, cache_sizes(), 1) if panel_ordered
+                                             else conv_slice_bytes(KERNEL_SLICE_BYTES, cache_sizes(), 2))
+        segment = max(1, slice_bytes // row_bytes)
         segment = ceil(run / ceil(run / segment))   # segments of equal length
     return TilePlan(g, lanes, vectors, positions, taps, panel, group_columns, panels, total,
                     block_positions, block_panels, pack, panel_ordered, stage, input_spatial, run_taps, segment,

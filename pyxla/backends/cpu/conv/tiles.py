@@ -71,6 +71,8 @@ from ...llvm.loops import for_range, stepped_loop
 from ...llvm.windows import window_source
 from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS, kernel_root
 from ..runtime.parallel import emit_parallel_tasks, worker_pool
+from ..tuning.params import ConvParams
+from ..tuning.selection import conv_params
 from .tile_plan import KernelPanels, fits, minor_dimension, panel_layout, plan, window_strides
 
 UNROLL = 1                 # input features per trip of the inner loop: LLVM unrolls it as it sees
@@ -85,16 +87,29 @@ UNROLL = 1                 # input features per trip of the inner loop: LLVM unr
 KERNEL_PREFETCH_ROWS = 32
 
 # Convolution kernels, tried in order: (fits(conv), emitter class); an emitter is made with
-# (kernel emitter, conv) and has emit(out_ptr, out_shape, epilogue root or None). The tiles
-# come first; conv/depthwise.py adds its kernel after them.
+# (kernel emitter, conv) and has emit(out_ptr, out_shape, epilogue root or None), and names
+# its route in ROUTE. The tiles come first; conv/depthwise.py adds its kernel after them.
 EMITTERS: list = []
 
 
+def routes(conv: HloInstruction) -> list[str]:
+    """The ROUTE of every emitter that fits `conv`, the default (the first) first."""
+    return [emitter.ROUTE for accepts, emitter in EMITTERS if accepts(conv)]
+
+
+def emitter_class(conv: HloInstruction):
+    """The emitter class of `conv`: the route a tuning database chose for it when that route
+    fits (tuning/selection.py), else the first of EMITTERS that fits; None: none fits."""
+    route = conv_params(conv).route
+    fitting = [emitter for accepts, emitter in EMITTERS if accepts(conv)]
+    chosen = [emitter for emitter in fitting if emitter.ROUTE == route]
+    return (chosen or fitting or [None])[0]
+
 
 def kernel_form(conv: HloInstruction):
-    """The form `conv`'s emitter (the first of EMITTERS that fits) wants its kernel in when
-    the kernel is a constant parameter (runtime/parameter_forms.py), or None."""
-    emitter = next((emitter for accepts, emitter in EMITTERS if accepts(conv)), None)
+    """The form `conv`'s emitter (emitter_class) wants its kernel in when the kernel is a
+    constant parameter (runtime/parameter_forms.py), or None."""
+    emitter = emitter_class(conv)
     form = getattr(emitter, "kernel_form", None)   # (an emitter that reads its kernel in place has none)
     return form(conv) if form is not None else None
 
@@ -160,8 +175,9 @@ def _fill_border(ke, pad: HloInstruction, lows: tuple[int, ...]) -> None:
 
 
 def _emitter(ke, conv: HloInstruction):
-    """The emitter of the first entry of EMITTERS that fits `conv`, or None."""
-    return next((emitter(ke, conv) for accepts, emitter in EMITTERS if accepts(conv)), None)
+    """The emitter of `conv` (emitter_class), or None."""
+    emitter = emitter_class(conv)
+    return emitter(ke, conv) if emitter is not None else None
 
 
 class ConvolutionEmitter:
@@ -169,6 +185,7 @@ class ConvolutionEmitter:
     its element type, its operands' buffers, the form its kernel comes in when that is not
     its layout's (`kernel_form`, see runtime/parameter_forms.py) and the worker pool (None: one
     thread)."""
+    ROUTE = ""   # the route's name, as a tuning database chooses it (tuning/params.py ConvParams)
 
     def __init__(self, ke, conv: HloInstruction):
         self.ke, self.b, self.conv = ke, ke.b, conv
@@ -209,10 +226,15 @@ class ConvolutionEmitter:
 
 
 class TiledConvolution(ConvolutionEmitter):
+    ROUTE = "tiles"
+
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
+        self.params: ConvParams = conv_params(conv)
         self.p = plan(conv, self.lhs_shape, self.rhs_shape, self.threads,
-                      panel_ordered=isinstance(self.formed_kernel, KernelPanels))
+                      panel_ordered=isinstance(self.formed_kernel, KernelPanels),
+                      params=self.params if self.ROUTE == TiledConvolution.ROUTE else None)
+        self.prefetch_rows = KERNEL_PREFETCH_ROWS if self.params.prefetch_rows is None else self.params.prefetch_rows
         self.g = self.p.g
         self.vector = ir.VectorType(self.st, self.p.lanes)
         self.origin: tuple[int, ...] | None = None   # where the result starts in the output (a padded one)
@@ -588,10 +610,10 @@ class TiledConvolution(ConvolutionEmitter):
                                  source_etype=self.st), typ=self.vector) for v in range(p.vectors)]
             for row in rows:
                 row.align = self.t.bytes
-            if KERNEL_PREFETCH_ROWS:
+            if self.prefetch_rows:
                 for v in range(p.vectors):
                     ahead = b.gep(kernel, [b.add(b.mul(c, i64(kernel_stride)),
-                                                 i64(KERNEL_PREFETCH_ROWS * kernel_stride + v * p.lanes))],
+                                                 i64(self.prefetch_rows * kernel_stride + v * p.lanes))],
                                   source_etype=self.st)
                     prefetch(b, ahead)
             for (pixel, offset), slots in zip(inputs, accumulators):

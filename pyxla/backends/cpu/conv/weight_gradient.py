@@ -221,6 +221,7 @@ def fits(conv: HloInstruction) -> bool:
 
 class WeightGradientConvolution(ConvolutionEmitter):
     """The emitter (tiles.EMITTERS' protocol) of a convolution that `fits`."""
+    ROUTE = "weight_gradient"
 
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)

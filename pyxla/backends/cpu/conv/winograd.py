@@ -47,6 +47,7 @@ from ...llvm.ir_types import alloca_in_entry, etype, i64, smin
 from ...llvm.loops import for_range, stepped_loop
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from ..runtime.llvm_jit import host_jit
+from ..tuning.selection import conv_params
 from .tile_plan import TILE_OVERHEAD, output_tiles_first, panel_layout, window_strides
 from .tile_plan import fits as tiles_fit
 from .tiles import EMITTERS, TiledConvolution
@@ -157,10 +158,12 @@ def fits(conv: HloInstruction) -> bool:
 
 def transform(conv: HloInstruction) -> Transform:
     """F(4x4, 3x3) over outputs at least LARGE_TILES_FROM wide and high whose strips fit
-    STRIP_BYTES (unless PYXLA_WINOGRAD says 2), else F(2x2, 3x3)."""
+    STRIP_BYTES (unless PYXLA_WINOGRAD says 2), else F(2x2, 3x3). A tuning database may
+    choose either where the strips fit (tuning/params.py ConvParams.winograd_tile)."""
     g = ConvGeometry.of(conv)
-    large = largest_tile() >= 4 and min(g.output_spatial) >= LARGE_TILES_FROM and \
-        _strip_bytes(TRANSFORMS[4], conv) <= STRIP_BYTES
+    chosen = conv_params(conv).winograd_tile
+    wide = min(g.output_spatial) >= LARGE_TILES_FROM if chosen not in (2, 4) else chosen == 4
+    large = largest_tile() >= 4 and wide and _strip_bytes(TRANSFORMS[4], conv) <= STRIP_BYTES
     return TRANSFORMS[4 if large else 2]
 
 
@@ -190,6 +193,8 @@ class WinogradPlan:
 
 
 class WinogradConvolution(TiledConvolution):
+    ROUTE = "winograd"
+
     def __init__(self, ke, conv: HloInstruction):
         super().__init__(ke, conv)
         g, p = self.g, self.p
@@ -197,10 +202,13 @@ class WinogradConvolution(TiledConvolution):
         height, width = g.output_spatial
         tiles_y, tiles_x = ceil(height / self.f.tile), ceil(width / self.f.tile)
         total = g.batch * tiles_y * tiles_x
-        tiles = min(min(TILES[host_jit().vector_bytes], key=lambda n: ceil(total / n) * (n + TILE_OVERHEAD)), total)
+        choices = TILES[host_jit().vector_bytes]
+        tiles = min(self.params.positions if self.params.positions and self.params.positions <= max(choices) else
+                    min(choices, key=lambda n: ceil(total / n) * (n + TILE_OVERHEAD)), total)
         strips = ceil(total / tiles)
         work = total * self.f.points * g.input_features * p.panels * p.panel_columns
-        wanted = self.threads * TASKS_PER_THREAD if self.threads > 1 and work >= PARALLEL_MIN_WORK else 1
+        wanted = self.threads * (self.params.tasks_per_thread or TASKS_PER_THREAD) \
+            if self.threads > 1 and work >= PARALLEL_MIN_WORK else 1
         # strips first (each task transforms its strips' input once for all its panels), then
         # panels when there are fewer strips than tasks; cutting the panels first, to keep a
         # task's transformed kernel in L2 as its strips read it again, was slower (3x3 512 ->

@@ -37,6 +37,7 @@ strided operands cost no copy beyond it.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 
@@ -46,8 +47,10 @@ from ...llvm.ir_types import F32, F64, I1, I64, PTR, VOID, fma_intrinsic, i64, s
 from ...llvm.loops import counted_loop
 from ..runtime.llvm_jit import host_jit
 from ..runtime.native_target import native_function
+from ..tuning import machine
+from ..tuning.params import GEMM_NC, GEMM_TABLE, GemmParams, gemm_defaults
 
-NC = 1024                  # columns of B packed at once: KC x NC floats, in L3
+NC = GEMM_NC               # columns of B packed at once: KC x NC floats, in L3
 
 # void pyxla_gemm_<t>_<vector bits>(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, workspace)
 GEMM_TYPE = ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, PTR])
@@ -61,6 +64,7 @@ class Tiling:
     mr: int              # rows of the register tile (MR), which is MR x 2 vectors
     kc: int              # depth of a packed slice (KC): an NR-wide panel of B stays in L1
     mc: int              # rows of A packed at once (MC): MC x KC stays in L2
+    nc: int = NC         # columns of B packed at once (NC): KC x NC stays in L3
 
     @property
     def lanes(self) -> int:
@@ -76,38 +80,43 @@ class Tiling:
 # L1, 512 KiB L2): KC 512 / MC 72 gave 85-93, KC 256 / MC 144 78-91, OpenBLAS 80-85.
 # AVX-512 (32 registers: 16 accumulators), on a Xeon with 48 KiB L1 and 2 MiB L2 per core:
 # 8 / 256 / 128 gave 157-184, 6 / 512 / 72 139-168, 12 / 256 / 96 130-175.
-BLOCKING = {32: (6, 512, 72), 64: (8, 256, 128)}
+# These are the cost model's tables (tuning/params.py gemm_defaults), which shrinks them on
+# smaller caches; a tuning database may choose others per product (tuning/selection.py).
+BLOCKING = GEMM_TABLE
 
 
-def tiling(dtype_name: str) -> Tiling:
+def tiling(dtype_name: str, params: GemmParams | None = None) -> Tiling:
+    """The blocking for `dtype_name` on this host: the cost model's, with what `params`
+    sets in its place."""
     size = {"f32": 4, "f64": 8}[dtype_name]
     vector_bytes = host_jit().vector_bytes
-    mr, kc, mc = BLOCKING[vector_bytes]
-    return Tiling(size, vector_bytes, mr, kc, mc * 4 // size)
+    d = gemm_defaults(vector_bytes, size, machine.cache_sizes())
+    p = params or GemmParams()
+    return Tiling(size, vector_bytes, p.mr or d.mr, p.kc or d.kc, p.mc or d.mc, p.nc or d.nc)
 
 
 def _round_up(x: int, step: int) -> int:
     return -(-x // step) * step
 
 
-def workspace_bytes(dtype_name: str, m: int, n: int, k: int) -> int:
+def workspace_bytes(dtype_name: str, m: int, n: int, k: int, params: GemmParams | None = None) -> int:
     """The workspace of one m x n x k product: packed rows of A (at most MC + MR high), packed
     columns of B (at most NC wide) at most KC deep, and an edge tile; 64-byte aligned parts."""
-    t = tiling(dtype_name)
+    t = tiling(dtype_name, params)
     depth = max(1, min(k, t.kc))
-    parts = [_round_up(min(m, t.mc), t.mr) * depth, _round_up(min(n, NC), t.nr) * depth, t.mr * t.nr]
+    parts = [_round_up(min(m, t.mc), t.mr) * depth, _round_up(min(n, t.nc), t.nr) * depth, t.mr * t.nr]
     return sum(_round_up(p * t.element_bytes, 64) for p in parts)
 
 
 class GemmIr:
     """The module for one element type: the micro-kernel, packing, the product."""
 
-    def __init__(self, dtype_name: str, triple: str):
+    def __init__(self, dtype_name: str, triple: str, t: Tiling | None = None):
         self.name = dtype_name
-        self.t = tiling(dtype_name)
+        self.t = t or tiling(dtype_name)
         self.scalar = F32 if dtype_name == "f32" else F64
         self.vector = ir.VectorType(self.scalar, self.t.lanes)
-        self.m = ir.Module(name=f"pyxla_gemm_{dtype_name}_{8 * self.t.vector_bytes}")
+        self.m = ir.Module(name=_symbol(dtype_name, self.t))
         self.m.triple = triple
         self.fma = fma_intrinsic(self.m, self.vector)
         self.micro = self._emit_micro()
@@ -275,7 +284,7 @@ class GemmIr:
         depth = smin(b, k, i64(t.kc))
         ap = workspace
         bp = b.gep(ap, [part_bytes(m, t.mc, t.mr, depth)], source_etype=ir.IntType(8))
-        edge = b.gep(bp, [part_bytes(n, NC, t.nr, depth)], source_etype=ir.IntType(8))
+        edge = b.gep(bp, [part_bytes(n, t.nc, t.nr, depth)], source_etype=ir.IntType(8))
 
         zero_k = b.append_basic_block("zero_k")
         work = b.append_basic_block("work")
@@ -303,7 +312,7 @@ class GemmIr:
 
             self._steps(b, k, t.kc, slice_k)
 
-        self._steps(b, n, NC, columns)
+        self._steps(b, n, t.nc, columns)
         b.ret_void()
         return fn
 
@@ -351,41 +360,67 @@ class GemmIr:
         copy(False)
 
 
-def gemm_address(dtype_name: str) -> int:
+def gemm_address(dtype_name: str, params: GemmParams | None = None) -> int:
     """The address of the kernel for the host's vector width (llvm_jit.LlvmJit.vector_bytes;
-    a test may narrow it), compiled on first use, once per process and width."""
-    return _kernel_address(dtype_name, host_jit().vector_bytes)
+    a test may narrow it) and the blocking `params` choose, compiled on first use, once per
+    process, width and blocking."""
+    return _kernel_address(dtype_name, host_jit().vector_bytes, tiling(dtype_name, params))
 
 
 @cache
-def _kernel_address(dtype_name: str, vector_bytes: int) -> int:
+def _kernel_address(dtype_name: str, vector_bytes: int, t: Tiling) -> int:
     jit = host_jit()
-    module = GemmIr(dtype_name, jit.target_machine.triple)
+    module = GemmIr(dtype_name, jit.target_machine.triple, t)
     name = module.entry.name
     return jit.compile_helper(name, str(module.m), (name,))[name]
 
 
-def kernel_symbol(dtype_name: str) -> str:
-    """The kernel's function name for the host's vector width."""
-    return f"pyxla_gemm_{dtype_name}_{8 * tiling(dtype_name).vector_bytes}"
+def _symbol(dtype_name: str, t: Tiling) -> str:
+    """The default blocking's kernel keeps its plain name; another names its blocking."""
+    name = f"pyxla_gemm_{dtype_name}_{8 * t.vector_bytes}"
+    d = tiling(dtype_name)
+    if (t.mr, t.kc, t.mc, t.nc) != (d.mr, d.kc, d.mc, d.nc):
+        name += f"_mr{t.mr}_kc{t.kc}_mc{t.mc}_nc{t.nc}"
+    return name
 
 
-def kernel_ir(dtype_name: str) -> str:
+_BLOCKED = re.compile(r"pyxla_gemm_(f32|f64)_(\d+)(?:_mr(\d+)_kc(\d+)_mc(\d+)_nc(\d+))?$")
+
+
+def kernel_symbol(dtype_name: str, params: GemmParams | None = None) -> str:
+    """The kernel's function name for the host's vector width and the blocking `params` choose."""
+    return _symbol(dtype_name, tiling(dtype_name, params))
+
+
+def address_of_symbol(symbol: str) -> int | None:
+    """This process's address of the GEMM kernel named `symbol` (compiled when needed), or
+    None when it is no GEMM kernel of this host's width (the executable cache's loader)."""
+    match = _BLOCKED.match(symbol)
+    if match is None or int(match.group(2)) != 8 * host_jit().vector_bytes:
+        return None
+    dt = match.group(1)
+    blocking = match.groups()[2:]
+    params = GemmParams(*map(int, blocking)) if blocking[0] is not None else None
+    return gemm_address(dt, params)
+
+
+def kernel_ir(dtype_name: str, params: GemmParams | None = None) -> str:
     """The kernel's module for the host's vector width (an object file links it in)."""
-    return str(GemmIr(dtype_name, host_jit().target_machine.triple).m)
+    return str(GemmIr(dtype_name, host_jit().target_machine.triple, tiling(dtype_name, params)).m)
 
 
 def emit_own_gemm(b: ir.IRBuilder, dtype_name: str, c_ptr, a_ptr, b_ptr, m, n, k: int, strides: tuple, ldc: int,
-                  workspace) -> None:
+                  workspace, params: GemmParams | None = None) -> None:
     """C[m,n] (rows ldc apart) = A[m,k] @ B[k,n] on the calling thread; m and n are ints or
     i64 values, strides is (a_rs, a_cs, b_rs, b_cs) in elements, `workspace` holds
-    workspace_bytes(dtype_name, m, n, k) bytes (of the largest m and n), 64-byte aligned."""
+    workspace_bytes(dtype_name, m, n, k, params) bytes (of the largest m and n), 64-byte
+    aligned; `params` chooses the blocking (tuning/params.py)."""
     a_rs, a_cs, b_rs, b_cs = strides
 
     def value(x):
         return i64(x) if isinstance(x, int) else x
 
-    fn = native_function(b, GEMM_TYPE, kernel_symbol(dtype_name), lambda: gemm_address(dtype_name),
-                         lambda: kernel_ir(dtype_name))
+    fn = native_function(b, GEMM_TYPE, kernel_symbol(dtype_name, params), lambda: gemm_address(dtype_name, params),
+                         lambda: kernel_ir(dtype_name, params))
     b.call(fn, [value(m), value(n), i64(k), a_ptr, i64(a_rs), i64(a_cs), b_ptr, i64(b_rs),
                 i64(b_cs), c_ptr, i64(ldc), workspace])

@@ -25,6 +25,9 @@ from ....hlo.shape import default_layout
 from ...llvm.indices import delinearize
 from ...llvm.ir_types import I8, i64, smin
 from ...llvm.loops import counted_loop
+from ..runtime.parallel import worker_pool
+from ..tuning.params import GemmParams
+from ..tuning.selection import gemm_params
 from .gemm import emit_own_gemm, tiling, workspace_bytes
 
 
@@ -40,13 +43,13 @@ class Blocks:
         return self.row_blocks * self.column_blocks
 
 
-def plan_blocks(dtype_name: str, batch: int, m: int, n: int, tasks: int) -> Blocks:
+def plan_blocks(dtype_name: str, batch: int, m: int, n: int, tasks: int, params: GemmParams | None = None) -> Blocks:
     """Blocks for `tasks` tasks: whole products when the batch has enough of them, else each
     product cut so that there are at least `tasks` blocks, repacking the least."""
     wanted = -(-tasks // batch)
     if wanted <= 1:
         return Blocks(m, n, 1, 1)
-    t = tiling(dtype_name)
+    t = tiling(dtype_name, params)
     mr, nr = t.mr, t.nr
     best = None
     for column_blocks in range(1, wanted + 1):
@@ -76,16 +79,21 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
     """The products C[p] = A[p] B[p] (p over batch_dims, each [m, n] row-major in out_ptr) on
     the pool in at most `tasks` tasks. epilogue(batch_index, i, j), when given, is emitted
     for each element of a block after the block is computed (the result must then have
-    dimensions batch_dims + (m, n))."""
+    dimensions batch_dims + (m, n)). A tuning database may choose the blocking and the
+    blocks per thread (tuning/params.py GemmParams)."""
     b: ir.IRBuilder = kernel.b
     batch = 1
     for d in batch_dims:
         batch *= d
     size = 8 if dtype_name == "f64" else 4
-    plan = plan_blocks(dtype_name, batch, m, n, tasks)
+    params = gemm_params(dtype_name, batch, m, n, k, a_transposed, b_transposed)
+    pool = worker_pool() if params.blocks_per_thread and tasks > 1 else None
+    if pool is not None:   # (in place of the caller's tasks per thread)
+        tasks = pool.threads * params.blocks_per_thread
+    plan = plan_blocks(dtype_name, batch, m, n, tasks, params)
     total = batch * plan.per_product
     n_tasks = min(total, tasks)
-    ws_bytes = workspace_bytes(dtype_name, plan.rows, plan.columns, k)
+    ws_bytes = workspace_bytes(dtype_name, plan.rows, plan.columns, k, params)
     workspace = kernel.reserve_scratch(n_tasks * ws_bytes)
     a_rs, a_cs, b_rs, b_cs = operand_strides(m, n, k, a_transposed, b_transposed)
 
@@ -102,7 +110,7 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
         a = offset(a_ptr, b.add(b.mul(p, i64(m * k)), b.mul(i0, i64(a_rs))))
         bm = offset(b_ptr, b.add(b.mul(p, i64(k * n)), b.mul(j0, i64(b_cs))))
         c = offset(out_ptr, b.add(b.mul(p, i64(m * n)), b.add(b.mul(i0, i64(n)), j0)))
-        emit_own_gemm(b, dtype_name, c, a, bm, rows, columns, k, (a_rs, a_cs, b_rs, b_cs), n, ws)
+        emit_own_gemm(b, dtype_name, c, a, bm, rows, columns, k, (a_rs, a_cs, b_rs, b_cs), n, ws, params)
         if epilogue is not None:
             prefix = delinearize(b, p, batch_dims, default_layout(len(batch_dims)))
             counted_loop(b, i0, b.add(i0, rows), lambda i: counted_loop(

@@ -4,8 +4,9 @@ host compiled before skips LLVM's optimisation and code generation and loads the
 
 The key hashes everything the machine code depends on: the optimised, scheduled module's
 text (after the compiler driver: passes, fusion, schedule), the donated and constant
-parameters, the backend's options (the threads kernels are cut for, the vector width and
-function attributes, PYXLA_WINOGRAD), the target (triple, CPU name, features), and the
+parameters, the tuned parameters its kernels use (tuning/selection.py), the backend's
+options (the threads kernels are cut for, the vector width and function attributes,
+PYXLA_WINOGRAD), the target (triple, CPU name, features), and the
 versions of pyxla (its number and a hash of its source), llvmlite and LLVM.
 
 An entry's payload is JSON metadata (its length first, 8 bytes) followed by a relocatable
@@ -35,6 +36,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ....runtime import disk_cache
+from ..tuning import selection as tuning
 from .llvm_jit import LlvmJit, LoadedCode
 from .native_target import EMITTED_ADDRESSES
 from .parallel import PARALLEL_FOR, YIELD_CORES, thread_count, worker_pool
@@ -60,7 +62,8 @@ def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage
     """The native code of `codegen`'s module: from the cache when `use_cache` and an entry
     for this key exists, else emitted, compiled, kept there (when `use_cache`) and loaded.
     `module_text` is the optimised module's text and `options` what else decided the code."""
-    key = executable_key(jit, module_text, options) if use_cache else None
+    tuned = tuning.parameters_for_compile(codegen.hlo, bool(codegen.parameter_forms))   # tuning/selection.py
+    key = executable_key(jit, module_text, options + (tuned.fingerprint,)) if use_cache else None
     if key is not None:
         start = time.perf_counter()
         found = _load(jit, codegen, key)
@@ -68,7 +71,8 @@ def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage
             stage_seconds["executable cache load"] = time.perf_counter() - start
             return found
     start = time.perf_counter()
-    ir_text = codegen.emit()
+    with tuning.pinned(tuned):
+        ir_text = codegen.emit()
     stage_seconds["LLVM IR emission"] = time.perf_counter() - start
     bound = symbolic(ir_text) if key is not None else None
     if bound is not None:
@@ -155,8 +159,9 @@ def resolve(symbol: str) -> int:
     for dt in ("f32", "f64"):
         if symbol == f"blas_{dt}_gemm":
             return blas.gemm_address(dt)
-        if symbol == gemm.kernel_symbol(dt):
-            return gemm.gemm_address(dt)
+    address = gemm.address_of_symbol(symbol)   # (any blocking a tuning database chose)
+    if address is not None:
+        return address
     match = _GEMV.match(symbol)
     if match and int(match.group(3)) == 8 * _jit_vector_bytes():
         return gemv.gemv_address(match.group(2), match.group(1) == "dots")
