@@ -8,11 +8,12 @@ import pytest
 
 from pyxla.backends.cpu import CpuBackend
 from pyxla.hlo import verify_module
+from pyxla.hlo.attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim
 from pyxla.hlo.builder import HloBuilder, scalar_computation
 from pyxla.hlo.dims import DimExpr, Symbol, evaluate_dim
-from pyxla.hlo.shape import ArrayShape
+from pyxla.hlo.shape import ArrayShape, TupleShape
 from pyxla.hlo.types import F32, S32
-from pyxla.passes.dynamic_padder import pad_to_bounds
+from pyxla.passes.dynamic_padder import pad_to_bounds, reshape_problem
 
 B = DimExpr.symbol(Symbol("b"))
 S = DimExpr.symbol(Symbol("s"))
@@ -138,3 +139,229 @@ def test_bounds_must_cover_every_symbol_and_fit_its_range():
     y = b.parameter(arr(bounded), "y")
     with pytest.raises(ValueError, match="at most 10"):
         pad_to_bounds(b.module(b.op("negate", y)), {"c": 16})
+
+
+# --- step 2: the other rewrites -------------------------------------------------------------------
+
+def test_dot_contracting_a_symbolic_dimension_and_with_symbolic_free_dimensions(rng):
+    b = HloBuilder("dots")
+    x = b.parameter(arr(B, 8), "x")
+    y = b.parameter(arr(B, 4), "y")
+    w = b.parameter(arr(8, 4), "w")
+    gram = b.op("dot", x, y, lhs_contracting_dims=(0,), rhs_contracting_dims=(0,))   # [8, 4]
+    proj = b.op("dot", x, w, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))   # [b, 4]
+    module = b.module(b.tuple(gram, proj))
+    check(module, {"b": 16}, [{"b": 1}, {"b": 9}, {"b": 16}], lambda x, y, w: (x.T @ y, x @ w), rng, rtol=1e-4)
+
+
+def test_cumulative_sum_as_a_reduce_window_with_a_symbolic_window(rng):
+    b = HloBuilder("cumsum")
+    x = b.parameter(arr(3, B), "x")
+    window = (WindowDim(1), WindowDim(B, pad_low=B - 1))
+    cumsum = b.op("reduce-window", x, b.constant(0.0, F32), window=window, to_apply=ADD)
+    pooled = b.op("reduce-window", x, b.constant(-np.inf, F32), window=(WindowDim(1), WindowDim(3, 1, 1, 1)),
+                  to_apply=MAX)
+
+    def reference(x):
+        padded = np.pad(x, ((0, 0), (1, 1)), constant_values=-np.inf)
+        return np.cumsum(x, 1), np.max([padded[:, k:k + x.shape[1]] for k in range(3)], axis=0)
+
+    check(b.module(b.tuple(cumsum, pooled)), {"b": 12}, [{"b": 1}, {"b": 5}, {"b": 12}], reference, rng, rtol=1e-4)
+
+
+def test_concatenate_along_symbolic_dimensions(rng):
+    b = HloBuilder("concat")
+    x = b.parameter(arr(B, 3), "x")
+    y = b.parameter(arr(S, 3), "y")
+    z = b.parameter(arr(2, 3), "z")
+    both = b.op("concatenate", x, z, y, dimensions=(0,))
+    total = b.op("reduce", both, b.constant(0.0, F32), dimensions=(0,), to_apply=ADD)
+    last = b.op("concatenate", z, x, dimensions=(0,))   # only the last operand is symbolic: unchanged
+    check(b.module(b.tuple(both, total, last)), {"b": 8, "s": 4},
+          [{"b": 1, "s": 1}, {"b": 5, "s": 3}, {"b": 8, "s": 4}],
+          lambda x, y, z: (np.concatenate([x, z, y]), np.concatenate([x, z, y]).sum(0), np.concatenate([z, x])), rng)
+
+
+def test_pad_with_high_and_interior_padding_on_a_symbolic_dimension(rng):
+    b = HloBuilder("pad")
+    x = b.parameter(arr(B, 2), "x")
+    padded = b.op("pad", x, b.constant(0.5, F32), padding=(PadDim(2, 3, 1), PadDim(1, 0)))
+    total = b.op("reduce", padded, b.constant(0.0, F32), dimensions=(0, 1), to_apply=ADD)
+
+    def reference(x):
+        n = x.shape[0]
+        out = np.full((2 + 3 + n + (n - 1), 3), 0.5)
+        out[2:2 + 2 * n - 1:2, 1:] = x
+        return out, out.sum()
+
+    check(b.module(b.tuple(padded, total)), {"b": 8}, [{"b": 1}, {"b": 4}, {"b": 8}], reference, rng)
+
+
+def test_slices_with_symbolic_and_static_starts(rng):
+    b = HloBuilder("slices")
+    x = b.parameter(arr(B, 4), "x")
+    y = b.parameter(arr(2 * B), "y")
+    last_row = b.op("slice", x, slice=(SliceDim(B - 1, B), SliceDim(0, 4)))
+    tail = b.op("slice", x, slice=(SliceDim(1, B), SliceDim(1, 4, 2)))
+    second_half = b.op("slice", y, slice=(SliceDim(B, 2 * B),))
+    half_sum = b.op("reduce", second_half, b.constant(0.0, F32), dimensions=(0,), to_apply=ADD)
+    module = b.module(b.tuple(last_row, tail, second_half, half_sum))
+    check(module, {"b": 8}, [{"b": 1}, {"b": 3}, {"b": 8}],
+          lambda x, y: (x[-1:], x[1:, 1::2], y[len(y) // 2:], y[len(y) // 2:].sum()), rng)
+
+
+def test_dynamic_slice_and_update_clamp_to_the_actual_sizes(rng):
+    b2 = DimExpr.symbol(Symbol("b", 2))
+    b = HloBuilder("dynamic")
+    x = b.parameter(arr(b2, 4), "x")
+    u = b.parameter(arr(2, 4), "u")
+    big = b.parameter(arr(2 * b2, 3), "big")
+    v = b.parameter(arr(b2, 3), "v")
+    i = b.parameter(arr(dtype=S32), "i")
+    zero = b.constant(0, S32)
+    window = b.op("dynamic-slice", x, i, zero, dynamic_slice_sizes=(2, 4))
+    updated = b.op("dynamic-update-slice", x, u, i, zero)
+    merged = b.op("dynamic-update-slice", big, v, i, zero)
+    module = b.module(b.tuple(window, updated, merged))
+
+    def reference(x, u, big, v, i):
+        n = x.shape[0]
+        start = int(np.clip(i, 0, n - 2))
+        out = x.copy()
+        out[start:start + 2] = u
+        start2 = int(np.clip(i, 0, 2 * n - n))
+        out2 = big.copy()
+        out2[start2:start2 + n] = v
+        return x[start:start + 2], out, out2
+
+    padded = pad_to_bounds(module, {"b": 8})
+    executable = CpuBackend().compile(padded.module)
+    for n in (2, 5, 8):
+        for start in (-3, 0, 1, 4, 100):
+            args = padded_arguments(padded, {"b": n}, rng)
+            args[4] = (np.int32(start), np.int32(start))
+            got = executable(*[full for _, full in args], np.int32(n))
+            want = reference(*[a for a, _ in args])
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g[tuple(slice(0, k) for k in w.shape)], w.astype(np.float32),
+                                              err_msg=f"b={n}, start={start}")
+
+
+def test_convolution_with_a_symbolic_batch(rng):
+    b = HloBuilder("conv")
+    x = b.parameter(arr(B, 3, 6, 6), "x")
+    k = b.parameter(arr(4, 3, 3, 3), "k")
+    y = b.op("convolution", x, k, dim_labels=ConvDimensionNumbers.from_labels("bf01_oi01->bf01"),
+             window=(WindowDim(3, pad_low=1, pad_high=1), WindowDim(3, pad_low=1, pad_high=1)))
+    per_item = b.op("reduce", y, b.constant(0.0, F32), dimensions=(1, 2, 3), to_apply=ADD)
+
+    def reference(x, k):
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        windows = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))   # n c h w kh kw
+        out = np.einsum("nchwij,ocij->nohw", windows, k)
+        return out, out.sum((1, 2, 3))
+
+    check(b.module(b.tuple(y, per_item)), {"b": 4}, [{"b": 1}, {"b": 3}], reference, rng, rtol=1e-4, atol=1e-4)
+
+
+def test_gather_from_a_static_table_and_sort_along_a_static_dimension(rng):
+    b = HloBuilder("lookup")
+    table = b.parameter(arr(10, 4), "table")
+    ids = b.parameter(arr(B, dtype=S32), "ids")
+    rows = b.op("gather", table, ids, offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,),
+                index_vector_dim=1, slice_sizes=(1, 4))
+    less = HloBuilder("less")
+    p0, p1 = less.parameter(arr(), "p0"), less.parameter(arr(), "p1")
+    comparator = less.build(less.op("compare", p0, p1, direction="LT"))
+    ordered = b.op("sort", rows, dimensions=(1,), to_apply=comparator)
+    check(b.module(b.tuple(rows, ordered)), {"b": 16}, [{"b": 1}, {"b": 11}],
+          lambda table, ids: (table[np.clip(ids, 0, 9)], np.sort(table[np.clip(ids, 0, 9)], axis=1)), rng)
+
+
+def test_called_computations_are_inlined_and_get_the_sizes(rng):
+    inner = HloBuilder("inner")
+    y = inner.parameter(arr(B, 5), "y")
+    summed = inner.op("reduce", y, inner.constant(0.0, F32), dimensions=(0,), to_apply=ADD)
+    body = inner.build(summed)
+    b = HloBuilder("outer")
+    x = b.parameter(arr(B, 5), "x")
+    called = b.op("call", b.op("tanh", x), to_apply=body)
+    check(b.module(called), {"b": 8}, [{"b": 2}, {"b": 8}], lambda x: np.tanh(x).sum(0), rng)
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+def _refused(module, pattern):
+    with pytest.raises(NotImplementedError, match=pattern):
+        pad_to_bounds(module, {"b": 8, "s": 8})
+
+
+def test_sort_and_reverse_along_a_symbolic_dimension_are_refused():
+    less = HloBuilder("less")
+    p0, p1 = less.parameter(arr(), "p0"), less.parameter(arr(), "p1")
+    comparator = less.build(less.op("compare", p0, p1, direction="LT"))
+    b = HloBuilder("f")
+    x = b.parameter(arr(3, B), "x")
+    _refused(b.module(b.op("sort", x, dimensions=(1,), to_apply=comparator, name="sorted")),
+             r"%sorted \(sort\).*sort along the symbolic dimension 1 \(b\)")
+    b = HloBuilder("g")
+    x = b.parameter(arr(B, 3), "x")
+    _refused(b.module(b.op("reverse", x, dimensions=(0,), name="flipped")),
+             r"%flipped \(reverse\).*symbolic dimension 0")
+
+
+def test_reshapes_that_interleave_padding_are_refused():
+    b = HloBuilder("f")
+    x = b.parameter(arr(B, S), "x")
+    _refused(b.module(b.op("reshape", x, shape=arr(B * S), name="flat")), r"%flat \(reshape\).*2 symbolic")
+    b = HloBuilder("g")
+    x = b.parameter(arr(4, B), "x")
+    _refused(b.module(b.op("reshape", x, shape=arr(4 * B), name="flat")), r"dimension 1 \(b\).*outermost")
+
+
+def test_reshape_rule():
+    assert reshape_problem((B, 4), (4 * B,)) is None
+    assert reshape_problem((4 * B,), (B, 2, 2)) is None
+    assert reshape_problem((2, B, 3), (2, 3 * B)) is None
+    assert reshape_problem((B, S, 4), (B, S * 4)) is None
+    assert reshape_problem((B, S), (S, B)) is not None
+    assert reshape_problem((3, B), (B, 3)) is not None
+    assert reshape_problem((B, 4), (2, 2 * B)) is not None
+
+
+def test_convolution_over_a_symbolic_spatial_dimension_is_refused():
+    b = HloBuilder("f")
+    x = b.parameter(arr(2, 3, B), "x")
+    k = b.parameter(arr(4, 3, 3), "k")
+    conv = b.op("convolution", x, k, dim_labels=ConvDimensionNumbers.from_labels("bf0_oi0->bf0"),
+                window=(WindowDim(3, pad_low=1, pad_high=1),), name="conv")
+    _refused(b.module(conv), r"%conv \(convolution\).*symbolic spatial dimension 2 \(b\)")
+
+
+def test_gather_into_a_symbolic_dimension_is_refused():
+    b = HloBuilder("f")
+    table = b.parameter(arr(B, 4), "table")
+    ids = b.parameter(arr(3, dtype=S32), "ids")
+    rows = b.op("gather", table, ids, offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,),
+                index_vector_dim=1, slice_sizes=(1, 4), name="rows")
+    _refused(b.module(rows), r"%rows \(gather\).*symbolic operand dimension 0 \(b\)")
+
+
+def test_sizes_needed_inside_a_loop_body_are_refused():
+    state = TupleShape((arr(B), arr(dtype=S32)))
+    body = HloBuilder("body")
+    t = body.parameter(state, "t")
+    v = body.op("get-tuple-element", t, index=0)
+    k = body.op("get-tuple-element", t, index=1)
+    total = body.op("reduce", v, body.constant(0.0, F32), dimensions=(0,), to_apply=ADD, name="inner_sum")
+    moved = body.op("add", v, body.op("broadcast", total, shape=arr(B), dimensions=()))
+    body_comp = body.build(body.tuple(moved, body.op("add", k, body.constant(1, S32))))
+    cond = HloBuilder("cond")
+    ct = cond.parameter(state, "t")
+    cond_comp = cond.build(cond.op("compare", cond.op("get-tuple-element", ct, index=1), cond.constant(3, S32),
+                                   direction="LT"))
+    b = HloBuilder("f")
+    x = b.parameter(arr(B), "x")
+    loop = b.op("while", b.tuple(x, b.constant(0, S32)), condition=cond_comp, body=body_comp)
+    _refused(b.module(b.op("get-tuple-element", loop, index=0)),
+             r"%inner_sum \(reduce\) in body.*only the ENTRY computation has the size parameters")
