@@ -9,6 +9,7 @@ starts with `module @` / `func.func`); StableHLO is converted to HLO on reading.
     pyxla opt MODULE.hlo [--passes p1,p2,...] | pyxla opt --list
     pyxla run-onnx MODEL.onnx --inputs IN.npz [--out OUT.npz] [--backend cpu|interpreter]
     pyxla aot MODULE.hlo --name NAME -o DIR [--shared] [--target-cpu CPU] [--features F]
+    pyxla tune [PROGRAM ...] [--workload NAME ...] [--budget SECONDS] | pyxla tune --show
 
 Arrays go in and out as .npz files named arg0..argN and out0..outM (for run-onnx: by the
 model's input and output names); bf16 is stored as uint16 bit patterns, as in the
@@ -234,6 +235,55 @@ def cmd_cache(ns) -> int:
     return 0
 
 
+def _workload_text(name: str, scale: float) -> str:
+    """The HLO text of a benchmark workload (benchmarks/workloads.py, in a source checkout) as
+    pyxla.jit traces it on the workload's inputs."""
+    try:
+        from benchmarks.frameworks.pyxla_impl import FUNCTIONS
+        from benchmarks.workloads import BY_NAME
+    except ImportError:
+        root = Path(__file__).resolve().parents[1]
+        if not (root / "benchmarks" / "workloads.py").exists():
+            raise PyxlaError("--workload needs the benchmarks folder of a pyxla source checkout") from None
+        sys.path.insert(0, str(root))
+        from benchmarks.frameworks.pyxla_impl import FUNCTIONS
+        from benchmarks.workloads import BY_NAME
+    if name not in FUNCTIONS:
+        raise PyxlaError(f"--workload {name}: not a workload with one jitted function; "
+                         f"choose from {', '.join(sorted(FUNCTIONS))}")
+    from . import jit
+    inputs = BY_NAME[name].make_inputs(np.random.default_rng(0), scale)
+    return jit(FUNCTIONS[name]).lower(*inputs).as_text()
+
+
+def cmd_tune(ns) -> int:
+    """Tune the CPU kernels of programs on this machine (docs/autotuning.md)."""
+    from .backends.cpu.tuning import database
+    from .backends.cpu.tuning.params import describe
+    from .backends.cpu.tuning.tuner import tune_text
+
+    if ns.show:
+        db = database.load()
+        print(f"tuning database: {database.path()} ({len(db.kernels)} kernels)")
+        for key, r in sorted(db.kernels.items()):
+            times = f"; {r.default_seconds * 1e3:.3f} -> {r.seconds * 1e3:.3f} ms" if r.seconds and r.default_seconds \
+                else ""
+            print(f"  {key}\n    {r.route} {describe(r.params)} ({r.program}{times})")
+        return 0
+    programs = [(path, Path(path).read_text()) for path in ns.programs]
+    programs += [(name, _workload_text(name, ns.scale)) for name in ns.workload]
+    if not programs:
+        raise PyxlaError("give programs (HLO or StableHLO files) or --workload NAME")
+    if database.path() is None:
+        raise PyxlaError("the cache is off (PYXLA_CACHE_DIR is empty): there is nowhere to keep the tuning database")
+    for name, text in programs:
+        report = tune_text(text, name, ns.budget, show_progress=not ns.quiet)
+        print(report.summary())
+        if report.error:
+            return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyxla", description="pyxla, an XLA-style compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -290,6 +340,15 @@ def build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="show (info) or empty (clear) the on-disk cache of compiled code")
     cache.add_argument("action", choices=["info", "clear"])
     cache.set_defaults(func=cmd_cache)
+
+    tune = sub.add_parser("tune", help="measure the CPU kernels' parameters on this machine and keep the fastest")
+    tune.add_argument("programs", nargs="*", metavar="PROGRAM", help="HLO or StableHLO files")
+    tune.add_argument("--workload", action="append", default=[], help="a benchmark workload (mlp, cnn_block, ...)")
+    tune.add_argument("--scale", type=float, default=1.0, help="shrink the workloads' dimensions (default 1)")
+    tune.add_argument("--budget", type=float, default=120.0, metavar="SECONDS", help="search time per program")
+    tune.add_argument("--show", action="store_true", help="print this machine's tuning database")
+    tune.add_argument("--quiet", action="store_true", help="no progress bar")
+    tune.set_defaults(func=cmd_tune)
     return parser
 
 

@@ -26,6 +26,8 @@ class Progress:
     def advance(self, note: str = "") -> None:
         self.done += 1
         self.note = note
+        if self.done > self.total:   # (the total is the search's estimate)
+            self.set_total(self.done)
         if self.bar is not None:
             self.bar.set_postfix_str(note[:60], refresh=False)
             self.bar.update(1)

@@ -216,11 +216,13 @@ def paired(program: Program, a, b) -> tuple[float, float]:
 
 def search(program: Program, budget: float, emit: Callable[[dict], None],
            spaces: Callable[[Kernel, Params], list[tuple[str, list]]] | None = None,
-           try_routes: bool = True, outputs_hook: Callable | None = None) -> dict[str, Params]:
+           try_routes: bool = True, outputs_hook: Callable | None = None,
+           timer: Callable = paired) -> dict[str, Params]:
     """Tune every kernel of `program` within `budget` seconds; emit(event) for each step
     (see worker.py); the winners by kernel key. `spaces` replaces the parameter spaces,
     `outputs_hook(kernel, candidate, outputs)` sees (and may change) a candidate's outputs
-    before they are checked (tests use both)."""
+    before they are checked, `timer(program, a, b)` replaces the paired measurement (tests
+    use all three)."""
     started = time.perf_counter()
     spaces = spaces or space
     default_exe = program.compile(EMPTY)
@@ -259,7 +261,7 @@ def search(program: Program, budget: float, emit: Callable[[dict], None],
                 emit({**event, "status": "rejected",
                       "reason": f"results differ from the default's by {worst:.3g} of the largest (allowed {bound:g})"})
                 return
-            t_best, t_new = paired(program, incumbent_exe, exe)
+            t_best, t_new = timer(program, incumbent_exe, exe)
             better = t_new < t_best * (1 - MARGIN)
             emit({**event, "status": "faster" if better else "slower", "seconds": t_new, "best_seconds": t_best,
                   "error": worst})
@@ -278,13 +280,13 @@ def search(program: Program, budget: float, emit: Callable[[dict], None],
                 if getattr(effective(kernel, incumbent), name) != value:
                     trial(replace(incumbent, **{name: value}))
         if incumbent != default:   # confirmed against the defaults, else the defaults stay
-            t_default, t_won = paired(program, default_exe, incumbent_exe)
+            t_default, t_won = timer(program, default_exe, incumbent_exe)
             if not t_won < t_default * (1 - MARGIN):
                 emit({"event": "unconfirmed", "kernel": kernel.key, "params": to_json(incumbent),
                       "seconds": t_won, "default_seconds": t_default})
                 incumbent, t_won = default, t_default
         else:
-            t_default = t_won = paired(program, default_exe, default_exe)[0]
+            t_default = t_won = timer(program, default_exe, default_exe)[0]
         winners[kernel.key] = incumbent
         emit({"event": "result", "kernel": kernel.key, "params": to_json(incumbent),
               "route": route_label(incumbent, kernel), "default_route": kernel.default_route,

@@ -42,6 +42,20 @@ class Report:
     error: str = ""                                       # the child's failure, if it failed
     previous: dict[str, Record] = field(default_factory=dict)   # the database's records before
 
+    def add(self, event: dict) -> None:
+        """Take one of the search's events (search.search's emit)."""
+        kind = event["event"]
+        if kind == "kernels":
+            self.kernels = event["kernels"]
+        elif kind == "candidate":
+            self.tried += 1
+            if event["status"] in ("rejected", "failed"):
+                self.discarded.append(event)
+        elif kind == "result":
+            self.results.append(event)
+        elif kind == "unconfirmed":
+            self.unconfirmed.append(event)
+
     def summary(self) -> str:
         lines = [f"{self.program}: {len(self.kernels)} tunable kernels, {self.tried} candidates tried, "
                  f"{len(self.discarded)} discarded"]
@@ -83,6 +97,9 @@ def tune_text(text: str, name: str, budget: float = DEFAULT_BUDGET, show_progres
         deadline = time.monotonic() + budget + DEADLINE_GRACE
         try:
             _follow(child, report, progress, deadline)
+            child.wait(timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            pass
         finally:
             if child.poll() is None:
                 child.kill()
@@ -93,7 +110,7 @@ def tune_text(text: str, name: str, budget: float = DEFAULT_BUDGET, show_progres
                 progress.close()
         if child.returncode not in (0, None) and not report.stopped:
             report.error = f"exit status {child.returncode}: {errors.strip()[-2000:]}"
-    _record(report)
+    record(report)
     return report
 
 
@@ -119,24 +136,16 @@ def _follow(child: subprocess.Popen, report: Report, progress: Progress | None, 
 
 
 def _event(event: dict, report: Report, progress: Progress | None) -> None:
-    kind = event["event"]
-    if kind == "kernels":
-        report.kernels = event["kernels"]
-        if progress is not None:
-            progress.set_total(event["estimate"])
-    elif kind == "candidate":
-        report.tried += 1
-        if event["status"] in ("rejected", "failed"):
-            report.discarded.append(event)
-        if progress is not None:
-            progress.advance(f"{event['route']} {describe(from_json(event['params']))}: {event['status']}")
-    elif kind == "result":
-        report.results.append(event)
-    elif kind == "unconfirmed":
-        report.unconfirmed.append(event)
+    report.add(event)
+    if progress is None:
+        return
+    if event["event"] == "kernels":
+        progress.set_total(event["estimate"])
+    elif event["event"] == "candidate":
+        progress.advance(f"{event['route']} {describe(from_json(event['params']))}: {event['status']}")
 
 
-def _record(report: Report) -> None:
+def record(report: Report) -> None:
     """The finished kernels' winners into this machine's database (read again just before,
     so that other programs' records written meanwhile are kept)."""
     db = database.load()
