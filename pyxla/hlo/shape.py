@@ -160,6 +160,16 @@ def scalar(dtype: ElementType) -> ArrayShape:
     return ArrayShape(dtype, ())
 
 
+def describe_shape(shape: Shape) -> str:
+    """The shape for a message: as in the text without layouts, but symbolic dimensions by
+    their expressions (`f32[2*b,32]`), which the text's `?` and `<=N` do not tell apart."""
+    if isinstance(shape, ArrayShape):
+        return f"{shape.dtype.name}[{','.join(str(d).replace(' ', '') for d in shape.dims)}]"
+    if isinstance(shape, TupleShape):
+        return "(" + ", ".join(describe_shape(e) for e in shape.elements) + ")"
+    return shape.to_text(False)
+
+
 def flatten_shape(shape: Shape) -> list[Shape]:
     """The non-tuple leaves of `shape`, depth first (how tuple results are flattened)."""
     if isinstance(shape, TupleShape):

@@ -14,7 +14,7 @@ from .computation import HloComputation
 from .instruction import HloInstruction
 from .module import HloModule
 from .ops import op_def
-from .shape import ArrayShape, Shape, TupleShape
+from .shape import ArrayShape, Shape, TupleShape, describe_shape
 
 
 def verify_module(module: HloModule) -> None:
@@ -106,8 +106,8 @@ def verify_instruction(instr: HloInstruction) -> None:
     except ShapeError as e:
         raise VerifierError(f"{instr.describe()}: {e}") from None
     if not inferred.compatible(instr.shape):
-        raise VerifierError(f"{instr.describe()}: shape is {instr.shape.to_text(False)}, "
-                            f"but its operands and attributes give {inferred.to_text(False)}")
+        raise VerifierError(f"{instr.describe()}: shape is {describe_shape(instr.shape)}, "
+                            f"but its operands and attributes give {describe_shape(inferred)}")
 
 
 def _check_layouts(instr: HloInstruction, shape: Shape) -> None:

@@ -30,7 +30,7 @@ import ml_dtypes
 import numpy as np
 
 from ...errors import ShapeError
-from ..shape import ArrayShape, Shape
+from ..shape import ArrayShape, Shape, describe_shape
 from ..types import PRED, ElementType, from_numpy_dtype, integer_limits
 from .numeric import convert_elements, narrow, signed_bits, unsigned_bits, widen
 from .registry import OpDef, register, require_declared
@@ -83,8 +83,8 @@ def _check_same(opcode: str, shapes: list[ArrayShape], roles: list[str]) -> None
             raise ShapeError(f"{opcode}: element types differ: {first_role} is {first.to_text(False)}, "
                              f"{role} is {s.to_text(False)}")
         if s.dims != first.dims:
-            raise ShapeError(f"{opcode}: dimensions differ: {first_role} is {first.to_text(False)}, "
-                             f"{role} is {s.to_text(False)}")
+            raise ShapeError(f"{opcode}: dimensions differ: {first_role} is {describe_shape(first)}, "
+                             f"{role} is {describe_shape(s)}")
 
 
 def _result(opcode: str, inferred: ArrayShape, declared: Shape | None) -> Shape:
@@ -92,8 +92,8 @@ def _result(opcode: str, inferred: ArrayShape, declared: Shape | None) -> Shape:
     if declared is None:
         return inferred
     if not inferred.compatible(declared):
-        raise ShapeError(f"{opcode}: the result is {inferred.to_text(False)}, "
-                         f"but {declared.to_text(False)} is declared")
+        raise ShapeError(f"{opcode}: the result is {describe_shape(inferred)}, "
+                         f"but {describe_shape(declared)} is declared")
     return declared
 
 

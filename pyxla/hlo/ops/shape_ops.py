@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import EvaluationError, ShapeError
+from ..dims import DimExpr
 from ..shape import ArrayShape, Shape, TupleShape
 from .registry import OpDef, register, require_declared
 
@@ -37,7 +38,9 @@ def expect_attr(opcode: str, attrs: dict, name: str) -> Any:
 def int_list(opcode: str, attrs: dict, name: str, default: tuple | None = None) -> tuple[int, ...]:
     """Attribute `name` as a tuple of ints; required unless a default is given."""
     value = attrs.get(name, default) if default is not None else expect_attr(opcode, attrs, name)
-    return tuple(int(v) for v in value)
+    # Sizes (slice_sizes, dynamic_slice_sizes) may be symbolic (dims.py); dimension numbers are
+    # checked as ints by dimension_list.
+    return tuple(v if isinstance(v, DimExpr) else int(v) for v in value)   # type: ignore[misc]
 
 
 def dimension_list(opcode: str, name: str, dims: Iterable[int], rank: int,
