@@ -3,8 +3,10 @@
     python -m benchmarks [--scale 1.0] [--frameworks numpy pyxla jax ...] [--out benchmarks/results]
                          [--only WORKLOAD ...] [--models MODEL ...]
 
-Then ONNX's light model architectures, pyxla beside onnxruntime (benchmarks/onnx_models.py):
-all of them unless --only picks workloads; --models picks some (none: `--models` alone).
+Then ONNX's light model architectures and two generated transformers (GPT-2-small- and
+BERT-base-shaped, benchmarks/transformer_models.py), pyxla beside onnxruntime
+(benchmarks/onnx_models.py): all of them unless --only picks workloads; --models picks some
+(none: `--models` alone).
 
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset in the framework processes (only there):
 these machines set them for old OpenBLAS builds, and they make a current OpenBLAS pick
@@ -24,6 +26,7 @@ from pathlib import Path
 from .frameworks import FRAMEWORKS
 from .onnx_models import MODELS, merge_rounds
 from .report import write_report
+from .transformer_models import TRANSFORMER_MODELS
 
 
 def child_environment() -> dict:
@@ -62,7 +65,7 @@ def main(argv=None) -> None:
         print(f"running {fw} ...", flush=True)
         runs.append(_run_process(fw, out / f"{fw}.json", env, "benchmarks.runner", "--scale", str(ns.scale),
                                  "--budget", str(ns.budget), *(["--only", *ns.only] if ns.only else [])))
-    models = ns.models if ns.models is not None else ([] if ns.only else list(MODELS))
+    models = ns.models if ns.models is not None else ([] if ns.only else [*MODELS, *TRANSFORMER_MODELS])
     model_runs = _interleaved_model_runs(models, env, out, ns.budget) if models else []
     ceilings_cmd = [sys.executable, "-c",
                     f"import json; from benchmarks.ceilings import ceilings; print(json.dumps(ceilings({ns.scale})))"]
