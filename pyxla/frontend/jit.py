@@ -246,13 +246,19 @@ class Jitted:
         return (in_tree, sig, static_key)
 
     # --- tracing -----------------------------------------------------------------------------
-    def _trace(self, static_key, leaves, in_tree) -> Lowered:
+    def _trace(self, static_key, leaves, in_tree, shapes: list[tuple] | None = None,
+               on_parameters: Callable[[Trace, list[Tracer]], None] | None = None) -> Lowered:
+        """Trace the function on parameters shaped like `leaves` (or with dims `shapes`,
+        which may be symbolic; `on_parameters` then sees the parameters before the call)."""
         start = time.perf_counter()
         self.trace_count += 1
         trace = Trace(self.name)
         with trace:
-            tracers = [trace.new_parameter(ArrayShape(from_numpy_dtype(a.dtype), a.shape), f"arg{i}", weak)
+            tracers = [trace.new_parameter(ArrayShape(from_numpy_dtype(a.dtype), a.shape if shapes is None
+                                                      else shapes[i]), f"arg{i}", weak)
                        for i, (a, weak) in enumerate(leaves)]
+            if on_parameters is not None:
+                on_parameters(trace, tracers)
             dyn_args, kwargs = tree_unflatten(in_tree, tracers)
             trace.sequence_leaves = _sequence_leaves(dyn_args, kwargs)
             args = _merge_static(dyn_args, static_key)
@@ -364,8 +370,24 @@ def _identifier(name: str) -> str:
 
 
 def jit(fn: Callable | None = None, *, static_argnums=(), static_argnames=(), donate_argnums=(),
-        backend: str | None = None):
-    """Compile `fn` for each new signature of its arguments; usable as @jit or @jit(...)."""
-    if fn is None:
-        return lambda f: Jitted(f, static_argnums, static_argnames, donate_argnums, backend)
-    return Jitted(fn, static_argnums, static_argnames, donate_argnums, backend)
+        backend: str | None = None, polymorphic_shapes=None, shape_constraints=(), size_buckets=None):
+    """Compile `fn` for each new signature of its arguments; usable as @jit or @jit(...).
+
+    With `polymorphic_shapes` (one spec per positional argument, such as "b, 32", or None),
+    `fn` is traced once with symbolic sizes and compiled once per size bucket: a
+    `PolymorphicFunction` (docs/dynamic-shapes.md). `shape_constraints` ("b <= 512")
+    bound the symbols; `size_buckets` ({"b": (64, 512)}) choose the buckets."""
+    if polymorphic_shapes is None:
+        if shape_constraints or size_buckets:
+            raise ArgumentError("shape_constraints and size_buckets need polymorphic_shapes")
+
+        def make(f):
+            return Jitted(f, static_argnums, static_argnames, donate_argnums, backend)
+    else:
+        from .polymorphic import PolymorphicFunction
+
+        def make(f):
+            return PolymorphicFunction(f, polymorphic_shapes, shape_constraints, size_buckets,
+                                       static_argnums=static_argnums, static_argnames=static_argnames,
+                                       donate_argnums=donate_argnums, backend=backend)
+    return make if fn is None else make(fn)

@@ -12,8 +12,7 @@ import builtins
 import enum
 from typing import Any
 
-import numpy as np
-
+from ..frontend.shape_poly import broadcast_dims
 from ..frontend.tracing import bind
 from ..hlo.shape import ArrayShape
 from ..hlo.types import PRED
@@ -24,10 +23,9 @@ from .shapes import broadcast_to_rank_of, full_like
 def broadcast_together(opcode: str, operands: list[Any]) -> list[Any]:
     """The operands broadcast to their common NumPy-style shape."""
     shapes = [aval(x).dims for x in operands]
-    try:
-        common = np.broadcast_shapes(*shapes)
-    except ValueError:
-        raise op_error(opcode, operands, "shapes do not broadcast together") from None
+    common = broadcast_dims(*shapes)
+    if common is None:
+        raise op_error(opcode, operands, "shapes do not broadcast together")
     return [x if s == common else broadcast_to_rank_of(x, common) for x, s in zip(operands, shapes)]
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..frontend.array import Array
 from ..frontend.tracing import Tracer
+from ..hlo.dims import DimExpr
 from . import core, indexing
 
 
@@ -94,7 +95,7 @@ class IndexUpdateRef:
 # --- Tracer's operators and methods -------------------------------------------------------
 
 def _is_operand(x: Any) -> bool:
-    return isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float, list, tuple))
+    return isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float, list, tuple, DimExpr))
 
 
 def _binary(name: str, reflected: bool = False) -> Callable[..., Any]:

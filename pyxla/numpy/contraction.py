@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..frontend.shape_poly import broadcast_dims
 from ..frontend.tracing import Tracer, bind
 from .core import (
     broadcast_to,
@@ -65,11 +66,11 @@ def matmul(x1, x2):
         # A plain matrix on the right: contract without broadcasting it over a's batch.
         out = dot_general("matmul", a2, b2, ((len(sa2) - 1,), (0,)))
     else:
-        try:
-            batch = tuple(np.broadcast_shapes(sa2[:-2], sb2[:-2]))
-        except ValueError:
+        common = broadcast_dims(sa2[:-2], sb2[:-2])
+        if common is None:
             raise fail("matmul", f"the batch dimensions of operands with shapes {sa} and {sb} cannot "
-                       "be broadcast together") from None
+                       "be broadcast together")
+        batch = common
         a2 = broadcast_to(a2, batch + sa2[-2:], "matmul")
         b2 = broadcast_to(b2, batch + sb2[-2:], "matmul")
         nb = len(batch)

@@ -24,8 +24,10 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import TraceError
+from ..frontend.shape_poly import as_dim, broadcast_dims, dimension_value
 from ..frontend.tracing import SequenceOperandError, Tracer, bind, current_trace, where
 from ..hlo.builder import scalar_computation
+from ..hlo.dims import DimExpr
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
 
@@ -141,6 +143,8 @@ def operand(name: str, x: Any, position: int | None = None) -> Any:
     argument's place in the call, for the message."""
     if isinstance(x, Tracer) or is_python_scalar(x):
         return x
+    if isinstance(x, DimExpr):   # a symbolic size used as a value: a traced (weak) integer
+        return dimension_value(x)
     if isinstance(x, (list, tuple)) and holds_array(x):
         _refuse_list_argument(x)
         at = "" if position is None else f" at position {position}"
@@ -259,7 +263,7 @@ def convert(x: Any, dtype: Any) -> Any:
 
 
 def reshape_to(x: Any, dims: Sequence[int]) -> Any:
-    dims = tuple(int(d) for d in dims)
+    dims = tuple(as_dim(d) for d in dims)
     if shape_of(x) == dims:
         return x
     if is_python_scalar(x):
@@ -276,16 +280,16 @@ def transpose_to(x: Any, perm: Sequence[int]) -> Any:
 
 def broadcast_shapes(name: str, *shapes: Sequence[int]) -> tuple[int, ...]:
     """The broadcast shape of `shapes`; a TraceError naming `name` and the shapes if none."""
-    try:
-        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
-    except ValueError:
+    out = broadcast_dims(*[tuple(s) for s in shapes])
+    if out is None:
         listed = " and ".join(str(tuple(s)) for s in shapes)
-        raise fail(name, f"operands with shapes {listed} cannot be broadcast together") from None
+        raise fail(name, f"operands with shapes {listed} cannot be broadcast together")
+    return out
 
 
 def broadcast_to(x: Any, shape: Sequence[int], name: str = "broadcast_to") -> Any:
     """`x` broadcast to `shape` by NumPy's rules (trailing dims align, size 1 stretches)."""
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(as_dim(d) for d in shape)
     xs = shape_of(x)
     if xs == shape:
         return x
@@ -348,6 +352,14 @@ def static_int(name: str, value: Any, what: str) -> int:
         raise TypeError(f"pyxla.numpy.{name}: {what} must be static (a Python int), "
                         f"got a traced value{where()}")
     return int(value)
+
+
+def static_dim(name: str, value: Any, what: str) -> Any:
+    """A size from a static value: an int, or a symbolic size (a DimExpr) of a
+    shape-polymorphic trace."""
+    if isinstance(value, DimExpr):
+        return value
+    return static_int(name, value, what)
 
 
 class _HloOps:

@@ -26,6 +26,7 @@ from .core import (
     operand,
     result_type,
     shape_of,
+    static_dim,
     static_int,
     supported_dtype,
 )
@@ -34,8 +35,8 @@ from .core import full as _full
 
 def _shape(name: str, shape: Any) -> tuple[int, ...]:
     dims = (shape,) if np.ndim(shape) == 0 else tuple(shape)
-    dims = tuple(static_int(name, d, "a shape") for d in dims)
-    if any(d < 0 for d in dims):
+    dims = tuple(static_dim(name, d, "a shape") for d in dims)
+    if any(isinstance(d, int) and d < 0 for d in dims):
         raise ValueError(f"pyxla.numpy.{name}: negative dimensions are not allowed: {dims}")
     return dims
 

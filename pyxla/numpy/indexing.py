@@ -26,6 +26,7 @@ from ..frontend.tracing import Tracer, bind
 from ..frontend.tracing import where as source_line
 from ..hlo.attributes import SliceDim
 from ..hlo.builder import HloBuilder
+from ..hlo.dims import DimExpr, InconclusiveDimensionOperation
 from ..hlo.shape import ArrayShape
 from ..hlo.types import from_numpy_dtype
 from .core import (
@@ -129,9 +130,38 @@ def _normalise(index: Any, shape: tuple[int, ...]) -> list[_Entry]:
 # --- basic indexing ------------------------------------------------------------------------------
 
 def _check_bounds(i: int, n: int, dim: int) -> int:
+    if isinstance(n, DimExpr):   # a symbolic size: the bounds must decide (else Inconclusive...)
+        if not (-n <= i and i < n):
+            raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+        return i if i >= 0 else n + i
     if not -n <= i < n:
         raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
     return i % n
+
+
+def _symbolic_slice(sl: slice, n: DimExpr, axis: int) -> SliceDim:
+    """A slice with unit step of a dimension of symbolic size `n`: its ends, counted from
+    the end when negative, are clamped to [0, n] where the symbols' bounds decide it."""
+    step = 1 if sl.step is None else int(sl.step)
+    if step != 1:
+        raise NotImplementedError(f"pyxla.numpy indexing: a slice with step {step} of axis {axis}, whose size {n} "
+                                  f"is symbolic (only step 1 is supported){source_line()}")
+
+    def end(value: Any, default: Any) -> Any:
+        if value is None:
+            return default
+        v = int(value)
+        if v < 0:
+            return n + v if n + v >= 0 else 0
+        return v if v <= n else n
+
+    try:
+        start, stop = end(sl.start, 0), end(sl.stop, n)
+        stop = stop if stop >= start else start
+    except InconclusiveDimensionOperation as e:
+        raise InconclusiveDimensionOperation(f"pyxla.numpy indexing: the slice {sl.start}:{sl.stop} of axis {axis} "
+                                             f"(size {n}): {e}{source_line()}") from None
+    return SliceDim(start, stop, 1)
 
 
 def _traced_position(i: Any, n: int) -> Any:
@@ -147,7 +177,9 @@ def _apply_basic(x: Any, entries: list[_Entry]) -> Any:
     spec, reverse, dynamic = [], [], {}
     dims = [e for e in entries if e.kind != "new"]
     for d, (e, n) in enumerate(zip(dims, shape)):
-        if e.kind == "slice":
+        if e.kind == "slice" and isinstance(n, DimExpr):
+            spec.append(_symbolic_slice(e.value, n, d))
+        elif e.kind == "slice":
             start, stop, step = e.value.indices(n)
             count = len(range(start, stop, step))
             if step < 0:   # reversed, the elements sit at n-1-start, stepping by |step|

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..frontend.tracing import Tracer, bind
+from ..frontend.tracing import Tracer, bind, where
 from ..hlo.attributes import PadDim, SliceDim
+from ..hlo.dims import DimExpr, InconclusiveDimensionOperation, symbols_of
 from .core import broadcast_shapes as _broadcast_shapes
 from .core import broadcast_to as _broadcast_to
 from .core import (
@@ -26,6 +27,7 @@ from .core import (
     reshape_to,
     result_type,
     shape_of,
+    static_dim,
     static_int,
     transpose_to,
 )
@@ -66,16 +68,26 @@ def size(a, axis=None):
 
 def _resolve_shape(name: str, total: int, shape: Any) -> tuple[int, ...]:
     """A requested shape with its one -1 filled in; an error when the sizes disagree."""
-    dims = [static_int(name, d, "a shape") for d in ((shape,) if np.ndim(shape) == 0 else shape)]
-    unknown = [i for i, d in enumerate(dims) if d == -1]
+    shape = (shape,) if isinstance(shape, DimExpr) or np.ndim(shape) == 0 else shape
+    dims = [static_dim(name, d, "a shape") for d in shape]
+    unknown = [i for i, d in enumerate(dims) if isinstance(d, int) and d == -1]
     if len(unknown) > 1:
         raise ValueError(f"pyxla.numpy.{name}: can only specify one unknown dimension (-1)")
-    known = math.prod(d for d in dims if d != -1)
+    known = math.prod(d for i, d in enumerate(dims) if i not in unknown)
     if unknown:
-        if known == 0 or total % known:
-            raise fail(name, f"cannot reshape an array of size {total} into shape {tuple(shape)}")
-        dims[unknown[0]] = total // known
-    if math.prod(dims) != total:
+        if isinstance(known, int) and isinstance(total, int):
+            if known == 0 or total % known:
+                raise fail(name, f"cannot reshape an array of size {total} into shape {tuple(shape)}")
+            dims[unknown[0]] = total // known
+        else:
+            try:   # symbolic sizes: the division must be exact for every value of the symbols
+                dims[unknown[0]] = total // known
+            except InconclusiveDimensionOperation:
+                raise InconclusiveDimensionOperation(
+                    f"pyxla.numpy.{name}: cannot reshape an array of size {total} into shape {tuple(shape)}: "
+                    f"{total} is not divisible by {known} for every value of the dimension "
+                    f"{', '.join(sorted(s.name for s in symbols_of([total, known])))}{where()}") from None
+    if not (math.prod(dims) == total):
         raise fail(name, f"cannot reshape an array of size {total} into shape {tuple(dims)}")
     return tuple(dims)
 
