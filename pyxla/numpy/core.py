@@ -113,7 +113,7 @@ def holds_array(x: Any) -> bool:
     or NumPy scalar (the same program's values) outside one; Python numbers are data."""
     if isinstance(x, (list, tuple)):
         return any(holds_array(v) for v in x)
-    return isinstance(x, (Tracer, np.ndarray, np.generic))
+    return isinstance(x, (Tracer, np.ndarray, np.generic, DimExpr))
 
 
 def _refuse_list_argument(x: list | tuple) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..frontend.tracing import Tracer, bind
+from ..hlo.dims import DimExpr
 from .core import (
     BOOL,
     FLOAT64,
@@ -127,6 +128,8 @@ def asarray(a, dtype=None, order=None, copy=None):
     A list mixing arrays and Python scalars takes the arrays' dtype, the scalars weak (as
     in JAX: [x[0], 2.0] with x float32 is float32), traced or not, so jit and eager agree."""
     from ..frontend.array import Array
+    if isinstance(a, DimExpr):   # a symbolic size as a value: a traced integer
+        a = operand("asarray", a)
     if isinstance(a, Tracer):
         return a if dtype is None else convert(a, supported_dtype("asarray", dtype))
     if isinstance(a, (list, tuple)) and holds_array(a):

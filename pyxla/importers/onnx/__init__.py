@@ -21,14 +21,20 @@ __all__ = ["load", "OnnxModel", "OnnxImportError"]
 
 
 def load(source, *, backend: str | None = None, base_dir: str | os.PathLike | None = None,
-         check: bool = True) -> OnnxModel:
+         check: bool = True, dynamic: bool = False, shape_constraints=(), size_buckets=None) -> OnnxModel:
     """Import an ONNX model (a path, serialized bytes or an onnx.ModelProto).
 
     Operators, attributes and types pyxla cannot import are refused here, naming the node.
     The model compiles on its first call for the shapes of the inputs given (and again for
     new shapes). `backend` is a pyxla backend name (default: jit's default, "cpu");
     `base_dir` is where external data files are read from (default: the model file's
-    directory); `check=False` skips onnx.checker."""
+    directory); `check=False` skips onnx.checker.
+
+    `dynamic=True`: each input dimension given by name (`dim_param`) is a symbol of that name,
+    shared by the inputs that name it; the graph is traced once and compiled once per size
+    bucket, as `jit(polymorphic_shapes=...)` (docs/dynamic-shapes.md). `shape_constraints`
+    and `size_buckets` are jit's."""
     from .model_file import load_model
 
-    return OnnxModel(load_model(source, base_dir=base_dir, check=check), backend=backend)
+    return OnnxModel(load_model(source, base_dir=base_dir, check=check), backend=backend, dynamic=dynamic,
+                     shape_constraints=tuple(shape_constraints), size_buckets=size_buckets)

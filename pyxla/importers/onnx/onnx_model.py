@@ -30,6 +30,7 @@ import numpy as np
 
 from ...errors import ArgumentError
 from ...frontend.jit import jit
+from ...frontend.polymorphic import PolymorphicFunction
 from ...frontend.pytree import tree_flatten, tree_leaves, tree_unflatten
 from ...frontend.tracing import Tracer
 from ...hlo.instruction import HloInstruction
@@ -88,9 +89,11 @@ class CompiledSignature:
 class OnnxModel:
     """A model ready to run; call it with the inputs (see the module docstring)."""
 
-    def __init__(self, proto, backend: str | None = None):
+    def __init__(self, proto, backend: str | None = None, dynamic: bool = False,
+                 shape_constraints: tuple[str, ...] = (), size_buckets: Mapping[str, Any] | None = None):
         self.proto = proto
         self.backend = backend
+        self.dynamic = dynamic
         graph = proto.graph
         if len(graph.sparse_initializer):
             raise OnnxImportError(f"sparse initializer {graph.sparse_initializer[0].values.name!r} is not supported")
@@ -105,6 +108,10 @@ class OnnxModel:
         self.output_names = [o.name for o in graph.output]
         self._compiled: dict[tuple, CompiledSignature] = {}
         self.static_inputs: set[str] = set()     # inputs compiled for by value (see _signature)
+        self.polymorphic: PolymorphicFunction | None = None
+        self._dynamic_outputs: dict[str, Any] = {}
+        if dynamic:
+            self.polymorphic = self._polymorphic_function(tuple(shape_constraints), size_buckets)
 
     # --- calling -----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs) -> dict[str, np.ndarray]:
@@ -123,6 +130,8 @@ class OnnxModel:
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The outputs for inputs `feeds` (name -> array), as a dict in output order."""
         arrays = self._check_inputs(feeds)
+        if self.polymorphic is not None:
+            return self._run_dynamic(arrays)
         sig = self._signature(arrays)
         leaves = [arrays[n] if i is None else arrays[n][i] for n, i in sig.traced_inputs]
         outs = sig.executable.run_unchecked(leaves + sig.weights)
@@ -187,6 +196,46 @@ class OnnxModel:
                 continue
             self._compiled[key] = sig
             return sig
+
+    # --- dynamic shapes ------------------------------------------------------------------------
+    def _polymorphic_function(self, constraints: tuple[str, ...], size_buckets) -> PolymorphicFunction:
+        """The graph traced once with each input's dim_param a symbol of that name (the same
+        name in two inputs, the same size), compiled per size bucket (docs/dynamic-shapes.md)."""
+        specs = []
+        for spec in self.inputs:
+            if spec.kind != "tensor" or spec.dims is None:
+                raise NotImplementedError(f"pyxla.onnx.load(dynamic=True): input {spec.describe()} is not a tensor "
+                                          "of declared rank; dynamic shapes need tensor inputs of known rank")
+            specs.append(", ".join("_" if d is None else str(d) if isinstance(d, int) else _symbol_name(d)
+                                   for d in spec.dims) + ("," if len(spec.dims) == 1 else ""))
+        names = list(self.input_names)
+        outputs = self._dynamic_outputs
+
+        def graph_fn(*values):
+            env = ChainMap(dict(zip(names, values)), self.initializers)
+            try:
+                scope = self.importer.run_graph(self.proto.graph, env)
+            except NeedsKnownValue as e:
+                raise OnnxImportError(f"{e} (pyxla.onnx.load(dynamic=True) traces the graph once for all sizes: a "
+                                      "value a converter needs must be computable from the weights alone)") from None
+            results: list[Tracer] = []
+            for name in self.output_names:
+                outputs[name] = _output_layout(self.importer.lookup(scope, name, "graph output"), results,
+                                               f"graph output {name!r}")
+            return tuple(results)
+
+        graph_fn.__name__ = _identifier(self.proto.graph.name or "onnx_graph")
+        return jit(graph_fn, backend=self.backend, polymorphic_shapes=tuple(specs),
+                   shape_constraints=constraints, size_buckets=size_buckets)
+
+    def _run_dynamic(self, arrays: dict[str, Any]) -> dict[str, np.ndarray]:
+        fed = [n for n in arrays if n in self.overridable]
+        if fed:
+            raise ArgumentError(f"input {fed[0]!r} has an initializer: feeding it is not supported with "
+                                "dynamic=True")
+        assert self.polymorphic is not None
+        outs = self.polymorphic(*[arrays[n] for n in self.input_names])
+        return {name: _assemble(self._dynamic_outputs[name], list(outs)) for name in self.output_names}
 
     def _inputs_behind(self, error: NeedsKnownValue, arrays: dict[str, Any]) -> set[str]:
         """The graph inputs that the value a converter needs is computed from: the input
@@ -384,6 +433,12 @@ def _check_input(spec: InputSpec, value: Any, symbols: dict[str, tuple[int, str]
                 raise ArgumentError(f"input {spec.describe()}{where}: dimension {axis} ({want}) is {got}, "
                                     f"but input {source!r} gave {want} = {size}")
     return arr
+
+
+def _symbol_name(dim_param: str) -> str:
+    """An ONNX dim_param as a dimension symbol's name (identifier characters only)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", dim_param)
+    return cleaned if cleaned[0].isalpha() or cleaned[0] == "_" else f"d_{cleaned}"
 
 
 def _identifier(name: str) -> str:

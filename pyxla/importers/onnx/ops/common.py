@@ -8,6 +8,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ....hlo.dims import DimExpr
 from ....hlo.types import from_numpy_dtype
 from ..registry import NodeContext, is_known, known
 
@@ -85,7 +86,8 @@ def axes_input_or_attr(ctx: NodeContext, axes_input: Any, since_input: int) -> l
 
 
 def shape_of(value: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in np.shape(value))
+    """The shape of a value (a traced one's sizes may be symbolic: DimExprs stay)."""
+    return tuple(d if isinstance(d, DimExpr) else int(d) for d in np.shape(value))
 
 
 def as_dtype(xp, value: Any, dtype: Any) -> Any:
@@ -97,7 +99,7 @@ def as_dtype(xp, value: Any, dtype: Any) -> Any:
 
 
 def full(xp, shape: Sequence[int], fill: Any, dtype: Any) -> Any:
-    return xp.full(tuple(int(d) for d in shape), fill, dtype=np.dtype(dtype))
+    return xp.full(tuple(d if isinstance(d, DimExpr) else int(d) for d in shape), fill, dtype=np.dtype(dtype))
 
 
 def _element_type(dtype: Any):

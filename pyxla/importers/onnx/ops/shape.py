@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from .... import numpy as pnp
+from ....hlo.dims import DimExpr
 from ..registry import converter, is_known, known
 from .common import axes_input_or_attr, axes_of, axis_of, check_dtype, ints, onnx_dtype, shape_of
 
@@ -21,7 +23,12 @@ from .common import axes_input_or_attr, axes_of, axis_of, check_dtype, ints, onn
 def shape(ctx, x):
     dims = shape_of(x)
     start, end = ctx.attr("start", 0), ctx.attr("end")
-    return np.asarray(dims[slice(start, end)], dtype=np.int64)
+    picked = dims[slice(start, end)]
+    if any(isinstance(d, DimExpr) for d in picked):
+        # A symbolic size (pyxla.onnx.load(dynamic=True)) is known only at run time: the
+        # shape is a traced vector, its symbolic entries read with get-dimension-size.
+        return pnp.stack([pnp.asarray(d, dtype=np.int64) for d in picked])
+    return np.asarray(picked, dtype=np.int64)
 
 
 @converter("Size", since=1)
