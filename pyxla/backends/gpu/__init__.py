@@ -34,16 +34,11 @@ from .kernels import (
     ALIASES,
     GpuUnsupported,
     KernelSpec,
-    emit_bodies,
-    emit_host_wrappers,
-    emit_ptx_wrappers,
-    grid,
-    plan_kernels,
+    emit_kernels,
+    is_identity_custom_call,
 )
-
-THREADS_PER_BLOCK = 256
-MAX_BLOCKS = 65535          # the grid-stride loop covers what more blocks would
-SIM_MAX_BLOCKS = 4          # gpu-sim runs every thread in turn: a few blocks still cross the strides
+from .program import Program, plan_program
+from .simt import Launch, flush_subnormals, restore_mxcsr
 
 _module_numbers = itertools.count()
 
@@ -52,17 +47,22 @@ __all__ = ["GpuBackend", "GpuUnsupported", "kernel_ir", "physical", "logical"]
 
 def kernel_ir(compiled: CompiledModule, target: str) -> tuple[str, list[KernelSpec]]:
     """The LLVM IR of every kernel of a compiled module with `target`'s wrappers ('ptx' or
-    'host'), and the kernels in launch order."""
-    entry = compiled.module.entry
+    'host'), and the kernels (those of the computations control flow runs included)."""
+    text, specs, _ = _kernel_module(compiled, target)
+    return text, specs
+
+
+def _kernel_module(compiled: CompiledModule, target: str) -> tuple[str, list[KernelSpec], Program]:
     number = next(_module_numbers)
-    specs = plan_kernels(entry, f"gpu{number}")
+    specs: list[KernelSpec] = []
+    program = plan_program(compiled.module.entry, f"gpu{number}", specs)
     module = ir.Module(name=f"{compiled.module.name}.gpu{number}")
-    emit_bodies(module, specs)
     if target == "ptx":
-        emit_ptx_wrappers(module, specs)
-        return _flushing_subnormals(str(module)), specs
-    emit_host_wrappers(module, specs, x86=platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"))
-    return str(module), specs
+        emit_kernels(module, specs, "ptx")
+        return _flushing_subnormals(str(module)), specs, program
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+    emit_kernels(module, specs, "host", flush_subnormals if x86 else None, restore_mxcsr if x86 else None)
+    return str(module), specs, program
 
 
 def _flushing_subnormals(ir_text: str) -> str:
@@ -92,7 +92,7 @@ class _SimMemory:
 
     def __init__(self, ir_text: str, specs: list[KernelSpec]):
         from .sim import SimKernels
-        self.kernels = SimKernels(ir_text, [s.name for s in specs])
+        self.kernels = SimKernels(ir_text, [launch.name for s in specs for launch in s.launches])
 
     def alloc(self, nbytes: int) -> np.ndarray:
         return np.empty(max(1, nbytes), np.uint8)
@@ -105,9 +105,8 @@ class _SimMemory:
     def download(self, buffer: np.ndarray, nbytes: int) -> np.ndarray:
         return buffer[:nbytes].copy()
 
-    def launch(self, spec: KernelSpec, buffers: list) -> None:
-        blocks, threads = grid(spec, THREADS_PER_BLOCK, SIM_MAX_BLOCKS)
-        self.kernels.launch(spec.name, blocks * threads, buffers)
+    def launch(self, spec: KernelSpec, launch: Launch, buffers: list) -> None:
+        self.kernels.launch(launch, buffers)
 
     def release(self, buffers: list) -> None:
         pass
@@ -122,7 +121,8 @@ class _DeviceMemory:
         self.device = device()
         self.ptx = compile_ptx(ir_text)
         module = self.device.load(self.ptx)
-        self.functions = {s.name: self.device.function(module, s.name) for s in specs}
+        self.functions = {launch.name: self.device.function(module, launch.name)
+                          for s in specs for launch in s.launches}
 
     def alloc(self, nbytes: int) -> int:
         return self.device.alloc(nbytes)
@@ -137,8 +137,8 @@ class _DeviceMemory:
         self.device.download(pointer, out)
         return out
 
-    def launch(self, spec: KernelSpec, buffers: list) -> None:
-        self.device.launch(self.functions[spec.name], spec.name, grid(spec, THREADS_PER_BLOCK, MAX_BLOCKS), buffers)
+    def launch(self, spec: KernelSpec, launch: Launch, buffers: list) -> None:
+        self.device.launch(self.functions[launch.name], launch.name, (launch.blocks, launch.threads), buffers)
 
     def release(self, buffers: list) -> None:
         self.device.synchronize()
@@ -147,16 +147,17 @@ class _DeviceMemory:
 
 
 class GpuExecutable:
-    """A compiled module on the GPU (or gpu-sim): the host's walk over its ENTRY computation."""
+    """A compiled module on the GPU (or gpu-sim): the host's walk over its ENTRY computation
+    (and the computations its control flow runs)."""
 
-    def __init__(self, module: HloModule, specs: list[KernelSpec], memory: Any):
+    def __init__(self, module: HloModule, program: Program, specs: list[KernelSpec], memory: Any):
         self.module = module
-        self.specs = {id(s.instr): s for s in specs}
+        self.program = program
         self.memory = memory
-        entry = module.entry
-        # constants live on the device for the executable's life: the ENTRY's, and the array
-        # constants kernels read from memory (a fusion's scalars are IR constants)
-        constants = [i for i in entry.instructions if i.opcode == "constant" and isinstance(i.shape, ArrayShape)]
+        # constants live on the device for the executable's life: the computations', and the
+        # array constants kernels read from memory (a fusion's scalars are IR constants)
+        constants = [i for c in module.computations for i in c.instructions
+                     if i.opcode == "constant" and isinstance(i.shape, ArrayShape)]
         constants += [c for s in specs for c in s.constants]
         self.constants = {id(c): memory.upload(physical(np.asarray(c.literal), c.shape)) for c in constants}
 
@@ -172,36 +173,69 @@ class GpuExecutable:
 
     def run_unchecked(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         memory, entry = self.memory, self.module.entry
-        values: dict[int, Any] = {}
         owned: list = []
         try:
-            for instr in entry.instructions:
-                values[id(instr)] = self._value(instr, arrays, values, owned)
+            parameters = []
+            for p in entry.parameters:
+                buffer = memory.upload(physical(arrays[p.parameter_number], p.shape))
+                owned.append(buffer)
+                parameters.append(buffer)
+            result = self._run(self.program, parameters, owned)
             return [logical(memory.download(buffer, shape.byte_size), shape)
-                    for buffer, shape in _leaves(values[id(entry.root)], entry.root.shape)]
+                    for buffer, shape in _leaves(result, entry.root.shape)]
         finally:
             memory.release(owned)
 
-    def _value(self, instr, arrays, values: dict, owned: list) -> Any:
+    def _run(self, program: Program, parameters: list, owned: list) -> Any:
+        """The value (a buffer, or nested lists of them for a tuple) of `program`'s root."""
+        values: dict[int, Any] = {}
+        for instr in program.computation.instructions:
+            values[id(instr)] = self._value(program, instr, parameters, values, owned)
+        return values[id(program.computation.root)]
+
+    def _value(self, program: Program, instr, parameters: list, values: dict, owned: list) -> Any:
         memory, op = self.memory, instr.opcode
         if op == "parameter":
-            buffer = memory.upload(physical(arrays[instr.parameter_number], instr.shape))
-            owned.append(buffer)
-            return buffer
+            return parameters[instr.parameter_number]
         if op == "constant":
+            if not isinstance(instr.shape, ArrayShape):
+                raise GpuUnsupported(f"the GPU backend cannot hold the tuple constant {instr.describe()} yet")
             return self.constants[id(instr)]
-        if op in ALIASES:
+        if op in ALIASES or is_identity_custom_call(instr):
             if op == "tuple":
                 return [values[id(o)] for o in instr.operands]
             if op == "get-tuple-element":
                 return values[id(instr.operands[0])][instr.attrs["index"]]
-            return values[id(instr.operands[0])]   # a bitcast shares its operand's bytes
-        spec = self.specs[id(instr)]
+            return values[id(instr.operands[0])]   # shares its operand's bytes
+        if op == "while":
+            condition, body = program.called[id(instr)]
+            state = values[id(instr.operands[0])]
+            while self._read_scalar(self._run(condition, [state], owned), np.bool_):
+                state = self._run(body, [state], owned)
+            return state
+        if op == "conditional":
+            branches = program.called[id(instr)]
+            selector = instr.operands[0]
+            if "branch_computations" in instr.attrs:
+                index = int(self._read_scalar(values[id(selector)], np.int32))
+                index = index if 0 <= index < len(branches) else len(branches) - 1
+            else:
+                index = 0 if self._read_scalar(values[id(selector)], np.bool_) else 1
+            return self._run(branches[index], [values[id(instr.operands[1 + index])]], owned)
+        if op == "call":
+            (callee,) = program.called[id(instr)]
+            return self._run(callee, [values[id(o)] for o in instr.operands], owned)
+        spec = program.kernels[id(instr)]
         outputs = [memory.alloc(s.byte_size) for s in spec.outputs]
-        owned.extend(outputs)
+        scratch = [memory.alloc(n) for n in spec.scratch]
+        owned.extend(outputs + scratch)
         buffers = outputs + [values[id(o)] for o in spec.operands] + [self.constants[id(c)] for c in spec.constants]
-        memory.launch(spec, buffers)
+        for launch in spec.launches:
+            memory.launch(spec, launch, buffers + scratch)
         return outputs[0] if isinstance(instr.shape, ArrayShape) else outputs
+
+    def _read_scalar(self, buffer: Any, dtype) -> Any:
+        return np.frombuffer(self.memory.download(buffer, np.dtype(dtype).itemsize).tobytes(), dtype)[0]
 
 
 def _leaves(value: Any, shape) -> list[tuple[Any, ArrayShape]]:
@@ -226,9 +260,9 @@ class GpuBackend:
             compiled = compile_module(module.clone(), donated=donated)
         if any(p.shape is not None and not isinstance(p.shape, ArrayShape) for p in compiled.module.entry.parameters):
             raise GpuUnsupported("the GPU backend cannot take tuple-shaped ENTRY parameters yet")
-        ir_text, specs = kernel_ir(compiled, "host" if self.name == "gpu-sim" else "ptx")
+        ir_text, specs, program = _kernel_module(compiled, "host" if self.name == "gpu-sim" else "ptx")
         memory = (_SimMemory if self.name == "gpu-sim" else _DeviceMemory)(ir_text, specs)
-        return GpuExecutable(compiled.module, specs, memory)
+        return GpuExecutable(compiled.module, program, specs, memory)
 
 
 BACKEND = GpuBackend("gpu")

@@ -1,7 +1,8 @@
-"""gpu-sim: the GPU backend's kernels compiled for the host and run over their launch grid,
-every thread in turn, on NumPy buffers. The kernels are the same bodies the NVPTX wrappers
-call (kernels.py), so their index arithmetic, grid-stride loops and elemental code are
-tested on machines without a GPU."""
+"""gpu-sim: the GPU backend's kernels compiled for the host and run over their launch grid
+on NumPy buffers (simt.py's host wrappers: blocks in turn, a block's threads as loops split
+at barriers and shuffles, shared memory and the threads' locals as host arrays). The phases
+are the ones the NVPTX kernels call, so their index arithmetic, shared-memory code and
+reduction trees are tested on machines without a GPU."""
 from __future__ import annotations
 
 import ctypes
@@ -9,8 +10,10 @@ import ctypes
 import numpy as np
 
 from ..cpu.runtime.llvm_jit import host_jit
+from .simt import Launch
 
-_SIM_KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+_SIM_KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+GARBAGE = 0xA5   # shared memory and locals start as this, not zeros: a read before a write shows
 
 
 class SimKernels:
@@ -20,6 +23,10 @@ class SimKernels:
         compiled = host_jit().compile(ir_text, functions=tuple(names))
         self.functions = {name: _SIM_KERNEL(compiled.addresses[name]) for name in names}
 
-    def launch(self, name: str, threads: int, buffers: list[np.ndarray]) -> None:
+    def launch(self, launch: Launch, buffers: list[np.ndarray]) -> None:
         argv = (ctypes.c_void_p * max(1, len(buffers)))(*[b.ctypes.data for b in buffers])
-        self.functions[name](ctypes.addressof(argv), threads)
+        blocks = launch.sim_blocks or launch.blocks
+        shared = np.full(max(16, launch.shared_bytes), GARBAGE, np.uint8)
+        local = np.full(launch.threads * launch.local_bytes, GARBAGE, np.uint8)
+        self.functions[launch.name](ctypes.addressof(argv), blocks, launch.threads, shared.ctypes.data,
+                                    local.ctypes.data)

@@ -21,18 +21,10 @@ CASES = corpus_case_dirs()
 
 # case -> the op the GPU backend names when it refuses the case (both levels)
 REFUSED = {
-    "cond_pred": "conditional", "switch_index": "conditional",
-    "dynamic_update_slice": "dynamic-update-slice",
-    "misc_opt_barrier_remat": "opt-barrier", "misc_reduce_precision_sharding": "custom-call",
-    "model_mlp_train_step": "scatter", "scatter_add_duplicates": "scatter", "scatter_set_unique": "scatter",
-    "model_rnn_scan": "while", "rng_bit_generator_rbg": "while", "rng_threefry_uniform_normal": "while",
-    "scan_running_stats": "while", "while_fori_loop": "while", "while_loop_dynamic": "while",
-    "select_and_scatter_maxpool_grad": None,   # select-and-scatter; scatter once optimised
-    "sort_argsort_stable": "sort", "sort_multi_operand": "sort", "sort_values_nan_zero": "sort",
-    "sort_top_k": None,                        # topk; a TopK custom-call once optimised
+    "rng_bit_generator_rbg": "rng-bit-generator",
 }
 # refused at the module level only: the optimised module has the op removed
-MODULE_LEVEL_ONLY = {"misc_opt_barrier_remat", "misc_reduce_precision_sharding"}
+MODULE_LEVEL_ONLY = {"rng_bit_generator_rbg"}
 PTXAS = shutil.which("ptxas")
 
 
