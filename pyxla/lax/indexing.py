@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import TraceError
+from ..frontend.shape_poly import as_dim
 from ..frontend.tracing import Tracer, bind, where
 from ._values import aval, describe, scalar_computation, unify_types
 from .elementwise import add, bitwise_and, clamp, ge, le, mul, select
@@ -64,7 +65,8 @@ class GatherScatterMode(enum.Enum):
 
 
 def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+    """Sizes or positions as ints; symbolic sizes (shape-polymorphic traces) stay DimExprs."""
+    return tuple(as_dim(v) for v in values)
 
 
 def _indices(indices: Any) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
+from ..frontend.shape_poly import as_dim
 from ..frontend.tracing import Tracer, bind, where
 from ..hlo.attributes import PadDim, SliceDim
 from ..hlo.shape import ArrayShape
@@ -31,7 +32,8 @@ from ._values import (
 
 
 def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+    """Sizes or positions as ints; symbolic sizes (shape-polymorphic traces) stay DimExprs."""
+    return tuple(as_dim(v) for v in values)
 
 
 # --- broadcast ------------------------------------------------------------------------
@@ -241,7 +243,7 @@ def broadcasted_iota(dtype: Any, shape: Sequence[int], dimension: int) -> Any:
 
 def iota(dtype: Any, size: int) -> Any:
     """0, 1, ..., size-1 as `dtype`."""
-    return broadcasted_iota(dtype, (int(size),), 0)
+    return broadcasted_iota(dtype, (as_dim(size),), 0)
 
 
 def full(shape: Sequence[int], fill_value: Any, dtype: Any = None) -> Any:
