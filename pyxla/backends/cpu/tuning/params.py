@@ -40,7 +40,7 @@ class ConvParams:
     KIND: ClassVar[str] = "conv"
 
 
-KINDS = {GemmParams.KIND: GemmParams, ConvParams.KIND: ConvParams}
+KINDS: dict[str, type[GemmParams] | type[ConvParams]] = {GemmParams.KIND: GemmParams, ConvParams.KIND: ConvParams}
 Params = GemmParams | ConvParams
 
 
@@ -61,9 +61,11 @@ def from_json(data) -> Params:
             continue
         if name not in known:
             raise ValueError(f"unknown {cls.KIND} parameter {name!r}")
-        wanted = str if name == "route" else int
-        if not isinstance(value, wanted) or isinstance(value, bool) or (wanted is int and value < 0):
-            raise ValueError(f"{cls.KIND} parameter {name} = {value!r}: not a valid {wanted.__name__}")
+        valid = isinstance(value, str) if name == "route" else \
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        if not valid:
+            kind = "name" if name == "route" else "whole number"
+            raise ValueError(f"{cls.KIND} parameter {name} = {value!r}: not a valid {kind}")
         values[name] = value
     return cls(**values)
 

@@ -11,7 +11,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.note = ""
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import-untyped]
         except ImportError:
             self.bar = None
         else:

@@ -2,8 +2,9 @@
 program, candidates compiled and timed against the best so far, back to back in one process,
 each checked against the default's results before it may win.
 
-Kernels. A convolution on a route with a plan (Winograd, the direct tiles) and a dot that
-takes pyxla's GEMM on the worker pool (codegen.py: at least OWN_GEMM_MIN_WORK multiply-adds
+Kernels. A convolution on a route with a plan (Winograd, the direct tiles) or with more
+than one route that fits it (a 1x1 convolution: planes, pointwise GEMM or the tiles), and a
+dot that takes pyxla's GEMM on the worker pool (codegen.py: at least OWN_GEMM_MIN_WORK multiply-adds
 and more than one thread); other kernels have nothing to tune.
 
 Order. A convolution first tries the other routes that fit it (Winograd F(4x4, 3x3) and
@@ -83,20 +84,20 @@ def find_kernels(module: HloModule) -> list[Kernel]:
             for instr in comp.instructions:
                 if instr.opcode == "convolution" and etype(instr).name in ("f32", "f64"):
                     emitter = emitter_class(instr)
-                    if emitter is None or emitter.ROUTE not in ("winograd", "tiles"):
-                        continue
                     labels = []
                     for route in routes(instr):
                         if route == "winograd":
                             labels += ["winograd4", "winograd2"]
                         else:
                             labels.append(route)
+                    if emitter is None or emitter.ROUTE not in ("winograd", "tiles") and len(labels) < 2:
+                        continue   # one route, without a plan to tune
                     default = f"winograd{transform(instr).tile}" if emitter.ROUTE == "winograd" else emitter.ROUTE
                     labels.remove(default)
                     found.setdefault(conv_key(instr), Kernel(conv_key(instr), "conv", default, [default] + labels,
                                                              etype(instr).bytes))
                 elif instr.opcode == "dot":
-                    plan = plan_gemm(instr, None, instr.shape)
+                    plan = plan_gemm(instr, None, instr.shape) if isinstance(instr.shape, ArrayShape) else None
                     key = dot_key(instr)
                     if plan is None or key is None or min(plan.m, plan.n) == 1 or thread_count() < 2 or \
                             plan.batch * plan.m * plan.n * plan.k < OWN_GEMM_MIN_WORK:
@@ -108,7 +109,9 @@ def find_kernels(module: HloModule) -> list[Kernel]:
 def space(kernel: Kernel, incumbent: Params) -> list[tuple[str, list]]:
     vector_bytes = host_jit().vector_bytes
     if kernel.kind == "gemm":
-        return gemm_space(vector_bytes, kernel.element_bytes, effective(kernel, incumbent))
+        resolved = effective(kernel, incumbent)
+        assert isinstance(resolved, GemmParams)
+        return gemm_space(vector_bytes, kernel.element_bytes, resolved)
     route = route_label(incumbent, kernel)
     return conv_space("winograd" if route.startswith("winograd") else route, vector_bytes)
 
@@ -141,8 +144,8 @@ def check(reference: list[np.ndarray], outputs: list[np.ndarray], bound: float) 
             same = np.array_equal(want.view(np.uint8), got.view(np.uint8)) if want.size else True
             if not same:
                 ok = False
-                diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-                worst = max(worst, float(np.nanmax(diff)) if diff.size else 0.0, np.finfo(np.float64).tiny)
+                gap = np.abs(got.astype(np.float64) - want.astype(np.float64))
+                worst = max(worst, float(np.nanmax(gap)) if gap.size else 0.0, float(np.finfo(np.float64).tiny))
             continue
         w, g = want.astype(np.float64), got.astype(np.float64)
         finite = np.isfinite(w)
@@ -152,7 +155,7 @@ def check(reference: list[np.ndarray], outputs: list[np.ndarray], bound: float) 
         diff = float(np.max(np.abs(w[finite] - g[finite]))) if finite.any() else 0.0
         relative = diff / scale if scale else diff
         worst = max(worst, relative)
-        ok = ok and relative <= bound
+        ok = ok and bool(relative <= bound)
     return ok, worst
 
 
@@ -161,6 +164,7 @@ def random_inputs(module: HloModule, seed: int = 0) -> list[np.ndarray]:
     random booleans."""
     rng = np.random.default_rng(seed)
     args = []
+    assert module.entry is not None
     for p in module.entry.parameters:
         shape = p.shape
         if not isinstance(shape, ArrayShape):

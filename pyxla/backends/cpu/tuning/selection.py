@@ -60,8 +60,9 @@ def gemm_key(dtype_name: str, batch: int, m: int, n: int, k: int, a_transposed: 
 
 def dot_key(dot: HloInstruction) -> str | None:
     """The key dot/tasks.py asks with for this dot, or None when it is no matrix product."""
+    from ....hlo.shape import ArrayShape
     from ..dot.plan import plan_gemm
-    p = plan_gemm(dot, None, dot.shape)
+    p = plan_gemm(dot, None, dot.shape) if isinstance(dot.shape, ArrayShape) else None
     if p is None:
         return None
     return gemm_key(p.dtype, p.batch, p.m, p.n, p.k, p.a_transposed, p.b_transposed)
