@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .fusion.attention import attention_fusion
 from .fusion.buffer_assignment import BufferAssignment, assign_buffers, module_assignment_text
 from .fusion.instruction_fusion import fusion_pass
 from .fusion.multi_output import multi_output_fusion
@@ -45,7 +46,7 @@ def compile_module(module: HloModule, *, policy: FusionPolicy | None = None, don
     """Transform `module` in place through every target-independent stage."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    stages = (default_pipeline() if optimize else []) + [fusion_pass(policy), multi_output_fusion,
+    stages = (default_pipeline() if optimize else []) + [attention_fusion, fusion_pass(policy), multi_output_fusion,
                                                          reshape_to_bitcast, SCHEDULE]
     run_pipeline(module, stages, dump_dir=dump_dir)
     seconds["passes, fusion, schedule"] = time.perf_counter() - start

@@ -55,6 +55,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
+from ...fusion.attention import is_attention_fusion
 from ...fusion.buffer_assignment import Buffer, BufferAssignment, read_elementwise
 from ...hlo.computation import HloComputation
 from ...hlo.cost_analysis import byte_size
@@ -92,6 +93,7 @@ from .dot.blas import emit_gemm
 from .dot.gemv import emit_gemv
 from .dot.plan import plan_gemm
 from .dot.tasks import emit_dot_tasks
+from .ops.attention import emit_attention
 from .ops.column_reduce import column_reductions, emit_column_reduction
 from .ops.concat_rows import concatenate_of, emit_concatenated_rows
 from .runtime import kernel_profile
@@ -418,6 +420,8 @@ class KernelEmitter:
         root = self.fused.root if self.fused is not None else instr
         ops = {i.opcode for i in self.fused.instructions} if self.fused is not None else {instr.opcode}
         special = KERNELS.get(root.opcode) or self._output_fusion_kernel()
+        if is_attention_fusion(instr):
+            special = emit_attention
         if special is not None:
             return special(self)
         if ops & {"dot"} and self._emit_gemm(root):

@@ -1,0 +1,321 @@
+"""Attention fusion: softmax(f(Q K^T)) V as one fusion instruction, so a backend can compute
+it by blocks of queries (flash attention's online softmax) and never write the scores.
+
+The pattern, over leading batch dimensions (batch, heads), in f32, as the front ends write it
+after the optimisation passes (pyxla.numpy's `nn.softmax`, the ONNX importer's Softmax, the
+torch backend's decomposed attention all produce this stable softmax):
+
+    s = dot(Q, K)                      batch dims 0..nb-1, one contracting dim each: [B.., Sq, Sk]
+    x = f(s, side inputs)              elementwise ops of the scores' shape only: a scale
+                                       (multiply or divide by a constant), an additive mask,
+                                       select(mask, x, -inf), converts; side inputs may not
+                                       read the scores
+    m = reduce(x, -inf), max           over the last dimension
+    e = exponential(x - broadcast(m))
+    l = reduce(e, 0), add              over the last dimension
+    out = dot(e / broadcast(l), V)     contracting the keys: [B.., Sq, Dv]
+
+Every intermediate must be used only inside the pattern (otherwise the scores would have to
+reach memory anyway). The match becomes `fusion(Q, K, V, side inputs...), kind=kCustom,
+backend_config=ATTENTION_CONFIG` whose fused computation holds the original instructions,
+so the evaluator (and any backend without an attention kernel) computes exactly what the
+unfused program meant; the CPU backend's kernel (backends/cpu/ops/attention.py) computes
+the same function by key blocks. Semantics kept there: a row whose scores are all -inf
+(fully masked) is NaN, as exp(-inf - -inf) makes it in the unfused graph.
+
+Runs after the optimisation passes and before instruction fusion, so the pieces are still
+plain instructions. `PYXLA_DEBUG=fusion` logs each match and each near miss's reason.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hlo.computation import HloComputation
+from ..hlo.instruction import HloInstruction
+from ..hlo.module import HloModule
+from ..hlo.ops import op_def
+from ..hlo.shape import ArrayShape
+from ..passes.hlo_pass import HloPass
+
+# The fusion's backend_config (raw text, printed and parsed as it is): what kernel computes it.
+ATTENTION_CONFIG = '{"fusion_backend_config":{"kind":"__pyxla$attention"}}'
+
+
+def is_attention_fusion(instr: HloInstruction) -> bool:
+    return instr.opcode == "fusion" and instr.attrs.get("kind") == "kCustom" and \
+        instr.attrs.get("backend_config") == ATTENTION_CONFIG
+
+
+@dataclass
+class AttentionParts:
+    """The instructions of a matched pattern (in the module, or in a fused computation)."""
+    scores_dot: HloInstruction    # dot(Q, K)
+    scores: HloInstruction        # x: the softmax's input, elementwise on the scores_dot
+    chain: list                   # the elementwise ops from scores_dot to scores, operands first
+    row_max: HloInstruction
+    exp: HloInstruction
+    row_sum: HloInstruction
+    probabilities: HloInstruction
+    output_dot: HloInstruction    # dot(P, V)
+
+    @property
+    def batch_rank(self) -> int:
+        return len(self.output_dot.attrs.get("lhs_batch_dims", ()))
+
+    def members(self) -> list[HloInstruction]:
+        """Every instruction the fusion holds besides its side inputs' broadcasts."""
+        ops = [self.scores_dot, *self.chain, self.row_max, self.row_max.operands[1], self.exp.operands[0],
+               self.exp, self.row_sum, self.row_sum.operands[1], self.probabilities, self.output_dot]
+        ops += [self.exp.operands[0].operands[1], self.probabilities.operands[1]]   # the broadcasts of m, l
+        return list({id(i): i for i in ops}.values())
+
+
+def _log(text: str) -> None:
+    if "fusion" in os.environ.get("PYXLA_DEBUG", "").split(","):
+        print(f"pyxla attention fusion: {text}", file=sys.stderr)
+
+
+def _is_f32(i: HloInstruction) -> bool:
+    return isinstance(i.shape, ArrayShape) and i.shape.dtype.name == "f32"
+
+
+def _scalar_constant(i: HloInstruction) -> float | None:
+    if i.opcode == "constant" and isinstance(i.shape, ArrayShape) and i.shape.rank == 0 and i.literal is not None:
+        return float(np.asarray(i.literal).reshape(-1)[0])
+    return None
+
+
+def _reducer_is(reduce: HloInstruction, opcode: str) -> bool:
+    comp = reduce.attrs.get("to_apply")
+    if comp is None or comp.root is None or comp.root.opcode != opcode:
+        return False
+    params = {p.parameter_number for p in comp.root.operands if p.opcode == "parameter"}
+    return params == {0, 1} and len(comp.instructions) == 3
+
+
+def _row_reduction(r: HloInstruction, opcode: str, init: float, rows: tuple) -> str | None:
+    if r.opcode != "reduce" or len(r.operands) != 2:
+        return f"{r.opcode} is not a reduce"
+    operand = r.operands[0].shape
+    if tuple(r.attrs["dimensions"]) != (operand.rank - 1,) or r.shape.dims != rows:
+        return "reduces something other than the last (key) dimension"
+    if not _reducer_is(r, opcode):
+        return f"reducer is not {opcode}"
+    if _scalar_constant(r.operands[1]) != init:
+        return f"init value is not {init}"
+    return None
+
+
+def _is_row_broadcast(bcast: HloInstruction, rank: int) -> bool:
+    return bcast.opcode == "broadcast" and tuple(bcast.attrs["dimensions"]) == tuple(range(rank - 1))
+
+
+def _batch_dot(d: HloInstruction, nb: int) -> bool:
+    a = d.attrs
+    return (d.opcode == "dot" and tuple(a.get("lhs_batch_dims", ())) == tuple(range(nb))
+            and tuple(a.get("rhs_batch_dims", ())) == tuple(range(nb))
+            and len(a.get("lhs_contracting_dims", ())) == 1 and len(a.get("rhs_contracting_dims", ())) == 1
+            and d.operands[0].shape.rank == nb + 2 and d.operands[1].shape.rank == nb + 2)
+
+
+def match_attention(output_dot: HloInstruction) -> AttentionParts | str:
+    """The pattern ending in `output_dot`, or why it is not one."""
+    d2 = output_dot
+    if d2.opcode != "dot" or not _is_f32(d2):
+        return "not an f32 dot"
+    nb = len(d2.attrs.get("lhs_batch_dims", ()))
+    if not _batch_dot(d2, nb) or tuple(d2.attrs["lhs_contracting_dims"]) != (nb + 1,):
+        return "not a batched product contracting P's last dimension"
+    p = d2.operands[0]
+    rank = nb + 2
+    rows = p.shape.dims[:-1]
+    if p.opcode != "divide" or not _is_row_broadcast(p.operands[1], rank):
+        return "P is not e / broadcast(sum)"
+    e, row_sum = p.operands[0], p.operands[1].operands[0]
+    if e.opcode != "exponential":
+        return "P's numerator is not an exponential"
+    why = _row_reduction(row_sum, "add", 0.0, rows)
+    if why or row_sum.operands[0] is not e:
+        return f"row sum: {why or 'not of the exponential'}"
+    sub = e.operands[0]
+    if sub.opcode != "subtract" or not _is_row_broadcast(sub.operands[1], rank):
+        return "exponential's operand is not x - broadcast(max)"
+    x, row_max = sub.operands[0], sub.operands[1].operands[0]
+    why = _row_reduction(row_max, "maximum", float("-inf"), rows)
+    if why or row_max.operands[0] is not x:
+        return f"row max: {why or 'not of the same scores'}"
+    if not all(_is_f32(i) for i in (p, e, sub, x)):
+        return "softmax not in f32"
+    found = _score_chain(x, nb)
+    if isinstance(found, str):
+        return found
+    d1, chain = found
+    parts = AttentionParts(d1, x, chain, row_max, e, row_sum, p, d2)
+    inside = {id(i) for i in parts.members()}
+    for i in parts.members():
+        if i is d2 or i.opcode == "constant":
+            continue
+        outside = [u for u in i.users if id(u) not in inside]
+        if outside:
+            return f"%{i.name} is also used by %{outside[0].name}: the scores would reach memory anyway"
+        if i.parent is not None and i.parent.root is i:
+            return f"%{i.name} is an output"
+    return parts
+
+
+def _score_chain(x: HloInstruction, nb: int) -> tuple[HloInstruction, list] | str:
+    """(dot(Q, K), the elementwise ops from it to x, operands first) or why not."""
+    dims = x.shape.dims
+    dots: dict[int, HloInstruction] = {}
+    on_path: dict[int, HloInstruction] = {}
+
+    def reaches_dot(i: HloInstruction, seen: dict) -> bool:
+        if id(i) in seen:
+            return seen[id(i)]
+        if i.opcode == "dot" and _is_f32(i) and i.shape.dims == dims and _batch_dot(i, nb):
+            dots[id(i)] = i
+            seen[id(i)] = True
+            return True
+        result = False
+        if isinstance(i.shape, ArrayShape) and i.shape.dims == dims and i.opcode not in ("parameter", "constant") \
+                and op_def(i.opcode).fusion_kind == "elementwise":
+            result = any([reaches_dot(op, seen) for op in i.operands])
+            if result:
+                on_path[id(i)] = i
+        seen[id(i)] = result
+        return result
+
+    if not reaches_dot(x, {}):
+        return "the softmax's input is not computed elementwise from a batched dot of its shape"
+    if len(dots) != 1:
+        return "the scores come from more than one dot"
+    (d1,) = dots.values()
+    chain = [i for i in _operands_first(x) if id(i) in on_path]
+    return d1, chain
+
+
+def _operands_first(root: HloInstruction) -> list[HloInstruction]:
+    order: list[HloInstruction] = []
+    seen: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        i, expanded = stack.pop()
+        if expanded:
+            order.append(i)
+            continue
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        stack.append((i, True))
+        stack.extend((op, False) for op in reversed(i.operands))
+    return order
+
+
+def parts_of_fusion(comp: HloComputation) -> AttentionParts:
+    """The pattern inside an attention fusion's computation (its root is the output dot)."""
+    parts = match_attention(comp.root)
+    if isinstance(parts, str):
+        raise ValueError(f"{comp.name} is not an attention fusion: {parts}")
+    return parts
+
+
+def _fuse(module: HloModule, comp: HloComputation, parts: AttentionParts) -> HloInstruction:
+    members = parts.members()
+    inside = {id(i) for i in members}
+    # Side inputs: operands of members from outside. Scalar constants and broadcasts of them
+    # (or of any value) come in, so the fusion reads the small value, not a broadcast buffer.
+    for i in list(parts.chain):
+        for op in i.operands:
+            if id(op) in inside:
+                continue
+            if op.opcode == "broadcast" and len(op.users) == 1:
+                members.append(op)
+                inside.add(id(op))
+                if _scalar_constant(op.operands[0]) is not None:
+                    members.append(op.operands[0])
+                    inside.add(id(op.operands[0]))
+            elif _scalar_constant(op) is not None:
+                members.append(op)
+                inside.add(id(op))
+    fused = HloComputation(module.fresh_name("fused_attention"))
+    fused.is_fusion_computation = True
+    operands: list[HloInstruction] = []
+    mapping: dict[int, HloInstruction] = {}
+
+    def value(op: HloInstruction) -> HloInstruction:
+        if id(op) in mapping:
+            return mapping[id(op)]
+        if id(op) in inside and op.opcode == "constant":
+            clone = HloInstruction(module.fresh_name(op.opcode), "constant", op.shape, [], dict(op.attrs),
+                                   literal=op.literal)
+            mapping[id(op)] = fused.add_instruction(clone)
+            return mapping[id(op)]
+        if id(op) not in inside:
+            if op not in operands:
+                operands.append(op)
+            param = HloInstruction(module.fresh_name("param"), "parameter", op.shape,
+                                   parameter_number=operands.index(op))
+            mapping[id(op)] = fused.add_instruction(param)
+            return mapping[id(op)]
+        clone = HloInstruction(module.fresh_name(op.opcode), op.opcode, op.shape, [value(o) for o in op.operands],
+                               {k: v for k, v in op.attrs.items() if k != "control-predecessors"},
+                               literal=op.literal)
+        mapping[id(op)] = fused.add_instruction(clone)
+        return mapping[id(op)]
+
+    # Q, K, V first, so the kernel finds them at fixed parameter numbers.
+    for op in (*parts.scores_dot.operands, parts.output_dot.operands[1]):
+        value(op)
+    fused.root = value(parts.output_dot)
+    fused.sort_topologically()
+    fusion = HloInstruction(module.fresh_name("fusion"), "fusion", parts.output_dot.shape, operands,
+                            {"kind": "kCustom", "calls": fused, "backend_config": ATTENTION_CONFIG})
+    if "metadata" in parts.output_dot.attrs:
+        fusion.attrs["metadata"] = parts.output_dot.attrs["metadata"]
+    comp.add_instruction(fusion)
+    comp.replace_instruction(parts.output_dot, fusion)
+    for i in reversed(_operands_first_all(members)):
+        if i.parent is comp and not i.users and i is not comp.root and i.opcode != "parameter":
+            comp.remove_instruction(i)
+    module.computations.insert(module.computations.index(comp), fused)
+    comp.sort_topologically()
+    return fusion
+
+
+def _operands_first_all(instrs: list[HloInstruction]) -> list[HloInstruction]:
+    ids = {id(i) for i in instrs}
+    order: list[HloInstruction] = []
+    seen: set[int] = set()
+    for i in instrs:
+        for j in _operands_first(i):
+            if id(j) in ids and id(j) not in seen:
+                seen.add(id(j))
+                order.append(j)
+    return order
+
+
+def _run(module: HloModule) -> bool:
+    changed = False
+    for comp in list(module.computations):
+        if comp.is_fusion_computation:
+            continue
+        for instr in list(comp.instructions):
+            if instr.parent is not comp or instr.opcode != "dot":
+                continue
+            parts = match_attention(instr)
+            if isinstance(parts, str):
+                if instr.operands[0].opcode == "divide":
+                    _log(f"not fusing %{instr.name}: {parts}")
+                continue
+            fusion = _fuse(module, comp, parts)
+            _log(f"%{fusion.name}: attention ending in %{instr.name}")
+            changed = True
+    return changed
+
+
+attention_fusion = HloPass("attention-fusion", _run,
+                           "softmax(f(Q K^T)) V as one fusion (kCustom, backend_config names attention).")
