@@ -55,6 +55,9 @@ from ...llvm.loops import stepped_loop
 from ...llvm.windows import window_source
 from ..codegen import PARALLEL_MIN_WORK, TASKS_PER_THREAD
 from ..runtime.llvm_jit import host_jit
+from ..tuning.machine import cache_sizes
+from ..tuning.params import ConvParams, conv_slice_bytes
+from ..tuning.selection import conv_params
 from .pointwise import pointwise, row_major_float, subsampled_input
 from .tile_plan import output_tiles_first, window_strides
 from .tiles import EMITTERS, ConvolutionEmitter
@@ -135,9 +138,11 @@ class PlanePlan:
         return self.vectors * self.lanes
 
 
-def plan(g: ConvGeometry, depth: int, threads: int, element_bytes: int) -> PlanePlan:
+def plan(g: ConvGeometry, depth: int, threads: int, element_bytes: int, params: ConvParams | None = None) -> PlanePlan:
     """depth: the planes each output feature sums over (input features per group, times the
-    window's offsets when its windows are copied)."""
+    window's offsets when its windows are copied); what `params` sets (a tuning database's
+    choice: tasks per thread, chunk bytes) replaces the cost model's."""
+    params = params or ConvParams()
     vector_bytes = host_jit().vector_bytes
     lanes = vector_bytes // element_bytes
     positions = prod(g.output_spatial)
@@ -148,7 +153,8 @@ def plan(g: ConvGeometry, depth: int, threads: int, element_bytes: int) -> Plane
     group_tiles = ceil(g.group_features / features)
     feature_tiles = g.groups * group_tiles
     work = g.batch * positions * g.groups * g.group_features * depth
-    wanted = ceil(threads * TASKS_PER_THREAD / g.batch) if threads > 1 and work >= PARALLEL_MIN_WORK else 1
+    wanted = ceil(threads * (params.tasks_per_thread or TASKS_PER_THREAD) / g.batch) \
+        if threads > 1 and work >= PARALLEL_MIN_WORK else 1
     plane_bytes = depth * positions * element_bytes          # x of one image
     weight_bytes = depth * g.groups * g.group_features * element_bytes
     best = None
@@ -158,7 +164,7 @@ def plan(g: ConvGeometry, depth: int, threads: int, element_bytes: int) -> Plane
         if best is None or (feature_blocks * position_blocks >= wanted, -reread) > best[0]:
             best = ((feature_blocks * position_blocks >= wanted, -reread), feature_blocks, position_blocks)
     _, feature_blocks, position_blocks = best
-    chunk = max(1, CHUNK_BYTES // (vectors * vector_bytes))
+    chunk = max(1, (params.slice_bytes or conv_slice_bytes(CHUNK_BYTES, cache_sizes(), 2)) // (vectors * vector_bytes))
     chunk = ceil(depth / ceil(depth / chunk))     # chunks of equal depth
     return PlanePlan(features, vectors, lanes, positions, position_tiles, group_tiles,
                      ceil(feature_tiles / feature_blocks), ceil(position_tiles / position_blocks), chunk)
@@ -198,7 +204,8 @@ class PlaneConvolution(ConvolutionEmitter):
         self.g = g = ConvGeometry.of(conv)
         self.patched = not pointwise(g)
         self.depth = g.input_features * (prod(w.size for w in g.window) if self.patched else 1)
-        self.p = plan(g, self.depth, self.threads, self.t.bytes)
+        self.params = conv_params(conv)
+        self.p = plan(g, self.depth, self.threads, self.t.bytes, self.params)
         # the weights of plane c: w_c apart along the planes, w_o along the output features
         self.tiled_weights = isinstance(self.formed_kernel, WeightTiles)
         strides = window_strides(self.rhs_shape)
@@ -383,8 +390,10 @@ class PlaneConvolution(ConvolutionEmitter):
                           first_position)
         out = b.gep(out_ptr, [out_first], source_etype=self.st)
         depth = smin(b, i64(p.chunk), b.sub(i64(self.depth), first_input))
-        b.call(self._tile_function(features, positions, w_o,
-                                   TILED_PREFETCH_AHEAD if self.tiled_weights else PREFETCH_AHEAD),
+        ahead = TILED_PREFETCH_AHEAD if self.tiled_weights else PREFETCH_AHEAD
+        if self.params.prefetch_rows is not None:
+            ahead = self.params.prefetch_rows
+        b.call(self._tile_function(features, positions, w_o, ahead),
                [x, w, out, depth, b.icmp_unsigned("!=", chunk, i64(0)), plane, i64(w_c)])
 
     def _tile_function(self, features: int, positions: int, w_o: int, ahead: int) -> ir.Function:

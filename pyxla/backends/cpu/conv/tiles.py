@@ -235,6 +235,7 @@ class TiledConvolution(ConvolutionEmitter):
                       panel_ordered=isinstance(self.formed_kernel, KernelPanels),
                       params=self.params if self.ROUTE == TiledConvolution.ROUTE else None)
         self.prefetch_rows = KERNEL_PREFETCH_ROWS if self.params.prefetch_rows is None else self.params.prefetch_rows
+        self.unroll = self.params.unroll or UNROLL
         self.g = self.p.g
         self.vector = ir.VectorType(self.st, self.p.lanes)
         self.origin: tuple[int, ...] | None = None   # where the result starts in the output (a padded one)
@@ -626,10 +627,11 @@ class TiledConvolution(ConvolutionEmitter):
             stepped_loop(b, begin, end, step)
             return
         length = p.run
-        main = length // UNROLL * UNROLL
+        unroll = self.unroll
+        main = length // unroll * unroll
         if main:
-            stepped_loop(b, i64(0), i64(main), lambda c: [step(b.add(c, i64(u)) if u else c) for u in range(UNROLL)],
-                         step=UNROLL)
+            stepped_loop(b, i64(0), i64(main), lambda c: [step(b.add(c, i64(u)) if u else c) for u in range(unroll)],
+                         step=unroll)
         for c in range(main, length):
             step(i64(c))
 

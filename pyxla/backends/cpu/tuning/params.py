@@ -34,8 +34,11 @@ class ConvParams:
     positions: int | None = None           # direct tiles: positions per register tile; Winograd: tiles per strip
     tasks_per_thread: int | None = None    # tasks per thread of the pool (chunking)
     block_bytes: int | None = None         # direct tiles: a task's block of results
-    slice_bytes: int | None = None         # direct tiles: a panel's kernel rows per slice of the depth
-    prefetch_rows: int | None = None       # direct tiles: kernel rows prefetched ahead (0: none)
+    slice_bytes: int | None = None         # direct tiles: a panel's kernel rows per slice of the depth;
+                                           # planes: a depth chunk of the planes under a position tile
+    prefetch_rows: int | None = None       # direct tiles: kernel rows prefetched ahead (0: none); planes:
+                                           # input features ahead whose weights are prefetched
+    unroll: int | None = None              # direct tiles: input features per trip of the inner loop
 
     KIND: ClassVar[str] = "conv"
 
@@ -136,7 +139,10 @@ def conv_space(route: str, vector_bytes: int) -> list[tuple[str, list]]:
         positions = [4, 5, 6, 7] if vector_bytes == 32 else [7, 8, 10, 12, 14]
         return [("tasks_per_thread", [1, 2, 4, 8]), ("positions", positions),
                 ("prefetch_rows", [0, 8, 16, 32, 64]), ("slice_bytes", [1 << 13, 1 << 14, 1 << 15]),
-                ("block_bytes", [1 << 16, 1 << 17, 1 << 18])]
+                ("block_bytes", [1 << 16, 1 << 17, 1 << 18]), ("unroll", [1, 2, 4])]
+    if route == "planes":
+        return [("tasks_per_thread", [1, 2, 4, 8]), ("prefetch_rows", [0, 8, 16, 32, 64]),
+                ("slice_bytes", [1 << 13, 1 << 14, 1 << 15])]
     return []
 
 

@@ -2,7 +2,7 @@
 program, candidates compiled and timed against the best so far, back to back in one process,
 each checked against the default's results before it may win.
 
-Kernels. A convolution on a route with a plan (Winograd, the direct tiles) or with more
+Kernels. A convolution on a route with a plan (Winograd, the direct tiles, planes) or with more
 than one route that fits it (a 1x1 convolution: planes, pointwise GEMM or the tiles), and a
 dot that takes pyxla's GEMM on the worker pool (codegen.py: at least OWN_GEMM_MIN_WORK multiply-adds
 and more than one thread); other kernels have nothing to tune.
@@ -90,7 +90,7 @@ def find_kernels(module: HloModule) -> list[Kernel]:
                             labels += ["winograd4", "winograd2"]
                         else:
                             labels.append(route)
-                    if emitter is None or emitter.ROUTE not in ("winograd", "tiles") and len(labels) < 2:
+                    if emitter is None or emitter.ROUTE not in ("winograd", "tiles", "planes") and len(labels) < 2:
                         continue   # one route, without a plan to tune
                     default = f"winograd{transform(instr).tile}" if emitter.ROUTE == "winograd" else emitter.ROUTE
                     labels.remove(default)
@@ -125,10 +125,12 @@ def effective(kernel: Kernel, p: Params) -> Params:
         return GemmParams(t.mr, t.kc, t.mc, t.nc, p.blocks_per_thread or GEMM_BLOCKS_PER_THREAD)
     from ..codegen import TASKS_PER_THREAD
     from ..conv.tile_plan import BLOCK_BYTES
-    from ..conv.tiles import KERNEL_PREFETCH_ROWS
-    return replace(p, tasks_per_thread=p.tasks_per_thread or TASKS_PER_THREAD,
-                   prefetch_rows=KERNEL_PREFETCH_ROWS if p.prefetch_rows is None else p.prefetch_rows,
-                   block_bytes=p.block_bytes or BLOCK_BYTES)
+    from ..conv.tiles import KERNEL_PREFETCH_ROWS, UNROLL
+    p = replace(p, tasks_per_thread=p.tasks_per_thread or TASKS_PER_THREAD)
+    if route_label(p, kernel) != "tiles":
+        return p
+    return replace(p, prefetch_rows=KERNEL_PREFETCH_ROWS if p.prefetch_rows is None else p.prefetch_rows,
+                   block_bytes=p.block_bytes or BLOCK_BYTES, unroll=p.unroll or UNROLL)
 
 
 def check(reference: list[np.ndarray], outputs: list[np.ndarray], bound: float) -> tuple[bool, float]:

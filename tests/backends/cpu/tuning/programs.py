@@ -43,3 +43,22 @@ def compile_text(text):
     from pyxla.backends.cpu import BACKEND
     from pyxla.hlo.stablehlo import parse_program
     return BACKEND.compile(parse_program(text))
+
+
+PLANES = """HloModule planes
+ENTRY e {
+  x = f32[2,32,12,12]{3,2,1,0} parameter(0)
+  w = f32[48,32,1,1]{3,2,1,0} parameter(1)
+  ROOT c = f32[2,48,12,12]{3,2,1,0} convolution(x, w), window={size=1x1}, dim_labels=bf01_oi01->bf01
+}
+"""
+
+
+def planes_inputs(rng):
+    return [rng.standard_normal((2, 32, 12, 12)).astype(np.float32),
+            rng.standard_normal((48, 32, 1, 1)).astype(np.float32)]
+
+
+def planes_reference(x, w):
+    """NCHW 1x1 convolution in float64."""
+    return np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))

@@ -10,7 +10,17 @@ from pyxla.backends.cpu.tuning.params import ConvParams, GemmParams
 from pyxla.backends.cpu.tuning.selection import Selection, conv_key, kernel_keys, parameters_of, pinned
 from pyxla.runtime import disk_cache
 
-from .programs import CONV, DOT, compile_text, conv_inputs, conv_reference, dot_inputs
+from .programs import (
+    CONV,
+    DOT,
+    PLANES,
+    compile_text,
+    conv_inputs,
+    conv_reference,
+    dot_inputs,
+    planes_inputs,
+    planes_reference,
+)
 
 
 def _conv_key():
@@ -70,7 +80,8 @@ def test_entries_of_other_kernels_do_not_change_the_key():
 @pytest.mark.parametrize("params", [ConvParams(route="tiles"), ConvParams(route="winograd", winograd_tile=4),
                                     ConvParams(route="winograd", winograd_tile=2, positions=4, tasks_per_thread=1),
                                     ConvParams(route="tiles", positions=4, block_bytes=1 << 16, slice_bytes=1 << 13,
-                                               prefetch_rows=0, tasks_per_thread=8)])
+                                               prefetch_rows=0, tasks_per_thread=8),
+                                    ConvParams(route="tiles", unroll=4, positions=7)])
 def test_every_route_and_plan_computes_the_convolution(params):
     key = _conv_key()
     x, w = conv_inputs(np.random.default_rng(2))
@@ -131,3 +142,21 @@ def test_conv_key_names_shapes_layouts_and_attributes():
     assert "f32[2,16,16,16]{3,2,1,0}" in key and "dim_labels=b01f_01io->b01f" in key and "size=3x3" in key
     other = parse_program(CONV.replace("pad=1_1x1_1", "pad=1_1x1_1 rhs_reversal=1x1"))
     assert conv_key(other.entry.root) != key
+
+
+@pytest.mark.parametrize("params", [ConvParams(route="planes", tasks_per_thread=1, prefetch_rows=0, slice_bytes=1 << 13),
+                                    ConvParams(route="planes", tasks_per_thread=8, prefetch_rows=64),
+                                    ConvParams(route="tiles")])
+@pytest.mark.parametrize("constant_kernel", [False, True])
+def test_planes_and_tiles_compute_a_1x1_nchw_convolution(params, constant_kernel):
+    from pyxla.backends.cpu import BACKEND
+    from pyxla.backends.cpu.conv.tiles import routes
+    from pyxla.hlo.stablehlo import parse_program
+    conv = parse_program(PLANES).entry.root
+    assert routes(conv)[0] == "planes" and "tiles" in routes(conv)
+    x, w = planes_inputs(np.random.default_rng(9))
+    want = planes_reference(x, w)
+    with pinned(Selection({conv_key(conv): params})):
+        exe = BACKEND.compile(parse_program(PLANES), constant_parameters=(1,) if constant_kernel else ())
+    got = exe.run_unchecked([x, exe.prepare_argument(1, w) if constant_kernel else w])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
