@@ -7,9 +7,9 @@ torch backend's decomposed attention all produce this stable softmax):
 
     s = dot(Q, K)                      batch dims 0..nb-1, one contracting dim each: [B.., Sq, Sk]
     x = f(s, side inputs)              elementwise ops of the scores' shape only: a scale
-                                       (multiply or divide by a constant), an additive mask,
-                                       select(mask, x, -inf), converts; side inputs may not
-                                       read the scores
+                                       (multiply or divide by a scalar), an additive mask or
+                                       bias (add, subtract), select(mask, x, y) with a mask
+                                       that does not read the scores, converts
     m = reduce(x, -inf), max           over the last dimension
     e = exponential(x - broadcast(m))
     l = reduce(e, 0), add              over the last dimension
@@ -24,7 +24,8 @@ the same function by key blocks. Semantics kept there: a row whose scores are al
 (fully masked) is NaN, as exp(-inf - -inf) makes it in the unfused graph.
 
 Runs after the optimisation passes and before instruction fusion, so the pieces are still
-plain instructions. `PYXLA_DEBUG=fusion` logs each match and each near miss's reason.
+plain instructions. `PYXLA_DEBUG=fusion` logs each match and each near miss's reason;
+`PYXLA_ATTENTION_FUSION=0` turns the pass off (to compare with the unfused program).
 """
 from __future__ import annotations
 
@@ -195,7 +196,30 @@ def _score_chain(x: HloInstruction, nb: int) -> tuple[HloInstruction, list] | st
         return "the scores come from more than one dot"
     (d1,) = dots.values()
     chain = [i for i in _operands_first(x) if id(i) in on_path]
+    on_path[id(d1)] = d1
+    for i in chain:
+        why = _chain_op_refused(i, on_path)
+        if why:
+            return f"%{i.name} between the scores and the softmax: {why}"
     return d1, chain
+
+
+def _chain_op_refused(i: HloInstruction, on_path: dict) -> str | None:
+    """Ops allowed between Q K^T and the softmax: a scale (multiply or divide by a scalar
+    broadcast), an additive mask or bias (add, subtract), select(mask, ...), convert."""
+    if i.opcode == "convert" or i.opcode == "select" and id(i.operands[0]) not in on_path:
+        return None
+    if i.opcode in ("add", "subtract"):
+        return None
+    if i.opcode in ("multiply", "divide"):
+        side = [op for op in i.operands if id(op) not in on_path]
+        if i.opcode == "divide" and id(i.operands[1]) in on_path:
+            return "divides by the scores"
+        if len(side) == 1 and (side[0].shape.size == 1 or side[0].opcode == "broadcast"
+                               and side[0].operands[0].shape.size == 1):
+            return None
+        return f"{i.opcode} by something other than a scalar (not a scale)"
+    return f"{i.opcode} is not a scale, an additive mask or a select"
 
 
 def _operands_first(root: HloInstruction) -> list[HloInstruction]:
@@ -299,6 +323,8 @@ def _operands_first_all(instrs: list[HloInstruction]) -> list[HloInstruction]:
 
 
 def _run(module: HloModule) -> bool:
+    if os.environ.get("PYXLA_ATTENTION_FUSION", "1") == "0":
+        return False
     changed = False
     for comp in list(module.computations):
         if comp.is_fusion_computation:
