@@ -39,6 +39,8 @@ from .shape_poly import (
 from .tracing import Trace, Tracer
 
 _PYXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# NumPy and the standard library are not the user's code, though pyxla calls into them.
+_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(np.__file__)), os.path.dirname(os.path.abspath(os.__file__)))
 
 
 @dataclass
@@ -97,7 +99,9 @@ class PolymorphicFunction:
     def _arguments(self, args: tuple, kwargs: dict):
         static_key, leaves, in_tree = self._jitted._split_args(args, kwargs)
         positional = in_tree.children[0].children
-        specs = self.specs.leaf_specs([t.num_leaves for t in positional])
+        static = self._jitted.static_argnums
+        positions = [i for i in range(len(args)) if i not in static][:len(positional)]
+        specs = self.specs.leaf_specs([t.num_leaves for t in positional], positions)
         specs += [None] * (len(leaves) - len(specs))
         shapes = [a.shape for a, _ in leaves]
         values = self.specs.bind(specs, shapes)
@@ -202,7 +206,8 @@ def _with_origin(message: str, tb) -> str:
     frames = traceback.extract_tb(tb)
     user_index = None
     for i, frame in enumerate(frames):
-        if not os.path.abspath(frame.filename).startswith(_PYXLA_DIR):
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(_PYXLA_DIR) and not path.startswith(_LIBRARY_DIRS):
             user_index = i
     if user_index is None:
         return message

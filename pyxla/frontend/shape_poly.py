@@ -121,14 +121,15 @@ class PolySpecs:
         self.dims: tuple[tuple[Dim | None, ...] | None, ...] = tuple(
             None if p is None else tuple(None if d is None else rebind(d, self.symbols) for d in p) for p in parsed)
 
-    def leaf_specs(self, leaf_counts: Sequence[int]) -> list[LeafSpec | None]:
-        """The spec of each leaf of the positional dynamic arguments (a spec applies to every
-        leaf of its argument); leaves of later arguments get None."""
-        if len(self.texts) > len(leaf_counts):
-            raise ArgumentError(f"polymorphic_shapes has {len(self.texts)} entries for {len(leaf_counts)} "
-                                "positional array arguments")
+    def leaf_specs(self, leaf_counts: Sequence[int], positions: Sequence[int]) -> list[LeafSpec | None]:
+        """The spec of each leaf of the positional dynamic arguments, at `positions` among all
+        positional arguments (static ones included; a spec applies to every leaf of its
+        argument); leaves of later arguments get None."""
+        if len(self.texts) > len(positions) + (max(positions, default=-1) + 1 - len(positions)):
+            raise ArgumentError(f"polymorphic_shapes has {len(self.texts)} entries for "
+                                f"{max(positions, default=-1) + 1} positional arguments")
         out: list[LeafSpec | None] = []
-        for i, count in enumerate(leaf_counts):
+        for i, count in zip(positions, leaf_counts):
             dims = self.dims[i] if i < len(self.dims) else None
             text = self.texts[i] if i < len(self.texts) else None
             for j in range(count):

@@ -281,3 +281,23 @@ def test_spec_errors():
         pyxla.jit(lambda x: x, polymorphic_shapes=("b",), size_buckets={"c": (4,)})
     with pytest.raises(ValueError, match="polymorphic_shapes"):
         pyxla.jit(lambda x: x, polymorphic_shapes=("b, *",))
+
+
+def test_static_arguments_keep_their_positions_in_the_specs():
+    f = pyxla.jit(lambda x, k, w: (x @ w) * k, polymorphic_shapes=("b, 4", None, None), static_argnums=1)
+    rng = np.random.default_rng(8)
+    w = f32(rng, 4, 2)
+    for n in (3, 1, 6, 2, 9, 4, 12):
+        x = f32(rng, n, 4)
+        np.testing.assert_allclose(f(x, 3, w), (x.astype(np.float64) @ w) * 3, rtol=RTOL, atol=ATOL)
+    assert f.trace_count == 1
+
+
+def test_vmap_over_the_dynamic_axis():
+    f = pyxla.jit(lambda x, w: pyxla.vmap(lambda row: pnp.tanh(row @ w))(x), polymorphic_shapes=("b, 4", None))
+    rng = np.random.default_rng(9)
+    w = f32(rng, 4, 2)
+    for n in (1, 6, 3, 9, 2, 5, 17):
+        x = f32(rng, n, 4)
+        np.testing.assert_allclose(f(x, w), np.tanh(x.astype(np.float64) @ w), rtol=RTOL, atol=ATOL)
+    assert f.trace_count == 1
