@@ -135,8 +135,8 @@ def plan_kernel(instr: HloInstruction, name: str) -> KernelSpec:
 
 
 def _choose_launches(spec: KernelSpec) -> None:
-    from . import reductions, serial
-    for kind in (serial.launches, reductions.launches):
+    from . import gemm, reductions, rng, serial, transpose
+    for kind in (serial.launches, rng.launches, reductions.launches, gemm.launches, transpose.launches):
         launches = kind(spec)
         if launches is not None:
             spec.launches = launches

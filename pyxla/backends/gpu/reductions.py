@@ -39,6 +39,8 @@ SPLIT_BELOW_BLOCKS = 512      # fewer output blocks than this (an H100 has 132 S
 SPLIT_FROM_ELEMENTS = 8192    # ... and reductions this long: two stages
 CHUNK = 4096                  # reduced elements per stage-1 block
 MAX_CHUNKS = 1024
+MAX_SHARED_BYTES = 48 * 1024  # static shared memory a block may have; beyond it (many fused
+                              # reductions' values) the kernel stays elementwise
 
 
 class _Plan:
@@ -128,10 +130,14 @@ def launches(spec: KernelSpec) -> list[Launch] | None:
     if blocks < SPLIT_BELOW_BLOCKS and plan.K >= SPLIT_FROM_ELEMENTS:
         chunks = min(MAX_CHUNKS, -(-plan.K // CHUNK))
     if chunks == 1:
-        return [_launch(plan, spec.name, _Source(plan), None, 1)]
+        launch = _launch(plan, spec.name, _Source(plan), None, 1)
+        return [launch] if launch.shared_bytes <= MAX_SHARED_BYTES else None
     spec.scratch = [plan.O * chunks * SLOT_BYTES for _ in range(plan.V)]
     stage1 = _launch(plan, f"{spec.name}_partial", _Source(plan), chunks, chunks)
     stage2 = _launch(plan, spec.name, _PartialSource(plan, chunks), None, 1)
+    if max(stage1.shared_bytes, stage2.shared_bytes) > MAX_SHARED_BYTES:
+        spec.scratch = []
+        return None
     return [stage1, stage2]
 
 

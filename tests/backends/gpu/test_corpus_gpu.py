@@ -20,11 +20,9 @@ from pyxla.hlo import parse_module
 CASES = corpus_case_dirs()
 
 # case -> the op the GPU backend names when it refuses the case (both levels)
-REFUSED = {
-    "rng_bit_generator_rbg": "rng-bit-generator",
-}
+REFUSED: dict[str, str | None] = {}
 # refused at the module level only: the optimised module has the op removed
-MODULE_LEVEL_ONLY = {"rng_bit_generator_rbg"}
+MODULE_LEVEL_ONLY: set[str] = set()
 PTXAS = shutil.which("ptxas")
 
 
