@@ -158,14 +158,30 @@ def record(report: Report) -> None:
     database.store(db)
 
 
+_attempted: set[frozenset[str]] = set()
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        import warnings
+        warnings.warn(f"pyxla tuning: {message}", RuntimeWarning, stacklevel=4)
+
+
 def autotune(module: HloModule) -> Report | None:
     """Tune an optimised module's kernels that this machine's database has no record of
     (PYXLA_AUTOTUNE=1), within PYXLA_AUTOTUNE_BUDGET seconds (default DEFAULT_BUDGET); the
     summary goes to standard error. None when there was nothing to tune."""
     from .search import find_kernels
-    known = database.load().kernels
-    if all(k.key in known for k in find_kernels(module)):
+    if database.path() is None:
+        _warn_once("PYXLA_AUTOTUNE=1 needs the on-disk cache (PYXLA_CACHE_DIR is empty): nothing is tuned")
         return None
+    known = database.load().kernels
+    keys = frozenset(k.key for k in find_kernels(module))
+    if keys <= known.keys() or keys in _attempted:
+        return None
+    _attempted.add(keys)   # (a search that failed is not run again for these kernels in this process)
     setting = os.environ.get("PYXLA_AUTOTUNE_BUDGET", "").strip()
     try:
         budget = float(setting) if setting else DEFAULT_BUDGET

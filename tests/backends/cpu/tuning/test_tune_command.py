@@ -2,6 +2,7 @@
 database, the next compile using them. The budget is too small to try candidates, so what
 is asserted is the path, not which candidate is fastest here."""
 import numpy as np
+import pytest
 
 from pyxla.backends.cpu.tuning import database
 from pyxla.backends.cpu.tuning.params import to_json
@@ -44,3 +45,14 @@ def test_autotune_at_compile_time(monkeypatch):
     assert parameters_of(exe) == {key: to_json(db.kernels[key].params)}
     monkeypatch.delenv("PYXLA_AUTOTUNE")
     assert parameters_of(compile_text(CONV)) == {key: to_json(db.kernels[key].params)}
+
+
+def test_autotune_without_a_cache_directory_warns_and_compiles(monkeypatch):
+    monkeypatch.setenv("PYXLA_AUTOTUNE", "1")
+    monkeypatch.setenv("PYXLA_CACHE_DIR", "")
+    with pytest.warns(RuntimeWarning, match="needs the on-disk cache"):
+        exe = compile_text(CONV)
+    assert parameters_of(exe) == {}
+    x, w = conv_inputs(np.random.default_rng(10))
+    want = conv_reference(x, w)
+    np.testing.assert_allclose(exe.run_flat([x, w])[0], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
