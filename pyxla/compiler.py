@@ -20,6 +20,7 @@ from .fusion.instruction_fusion import fusion_pass
 from .fusion.multi_output import multi_output_fusion
 from .fusion.policy import FusionPolicy
 from .fusion.schedule import schedule_module
+from .hlo.dynamic_dims import require_static_shapes
 from .hlo.module import HloModule
 from .passes.hlo_pass import HloPass
 from .passes.pipeline import default_pipeline, run_pipeline
@@ -44,6 +45,7 @@ SCHEDULE = HloPass("schedule", _schedule, "Order instructions to keep peak memor
 def compile_module(module: HloModule, *, policy: FusionPolicy | None = None, donated: tuple[int, ...] = (),
                    dump_dir: str | None = None, optimize: bool = True) -> CompiledModule:
     """Transform `module` in place through every target-independent stage."""
+    require_static_shapes(module)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     stages = (default_pipeline() if optimize else []) + [attention_fusion, fusion_pass(policy), multi_output_fusion,

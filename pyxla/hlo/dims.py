@@ -66,6 +66,11 @@ def anonymous_symbol(upper: int | None = None) -> Symbol:
     return Symbol(f"_d{next(_anonymous)}", 0, upper)
 
 
+def is_anonymous(sym: Symbol) -> bool:
+    """Whether `sym` was made by anonymous_symbol: a dynamic dimension read from text."""
+    return sym.name.startswith("_d") and sym.name[2:].isdigit()
+
+
 class DimExpr:
     """A symbolic size: sum of coefficient * product of symbols. Immutable and hashable."""
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..errors import ParseError, ShapeError
 from .computation import HloComputation
+from .dynamic_dims import unify_text_dimensions
 from .instruction import HloInstruction
 from .module import HloModule
 from .shape import ArrayShape, TupleShape
@@ -44,6 +45,7 @@ def infer_omitted_shapes(module: HloModule, omitted: list[tuple[HloInstruction, 
         for instr in comp.instructions:
             if id(instr) not in where:
                 _fill_scalar_defaults(instr)
+                unify_text_dimensions(instr)
                 continue
             if any(op.shape is OMITTED_SHAPE for op in instr.operands):   # not defined before use
                 raise error_at(where[id(instr)], f"cannot infer the shape of '{instr.name}': "

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..errors import ParseError
 from .attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim, attribute_kind
 from .computation import HloComputation
+from .dims import DimExpr, anonymous_symbol
+from .dynamic_dims import compatible_as_text
 from .instruction import HloInstruction
 from .lexer import (
     BOOL,
@@ -192,15 +194,20 @@ class _Parser(LiteralReader):
         while True:
             self.skip_ws()
             start = self.pos
-            if self.text.startswith(("<=", "?"), start):
-                raise self.error_at(start, "dynamic dimensions are not supported")
+            if self.accept("?"):   # a dynamic dimension: a fresh symbol (dynamic_dims.py)
+                dims.append(cast(int, DimExpr.symbol(anonymous_symbol())))
+                if self.accept(","):
+                    continue
+                self.expect("]", "after dimensions")
+                return tuple(dims)
+            bounded = self.accept("<=")
             m = self.match(UINT)
             if not m:
                 raise self.expected("a dimension size")
             size = parse_int(m.group())
             if size > INT64_MAX:
                 raise self.error_at(start, f"dimension size {size} is too large")
-            dims.append(size)
+            dims.append(cast(int, DimExpr.symbol(anonymous_symbol(size))) if bounded else size)
             if self.accept(","):
                 continue
             self.expect("]", "after dimensions")
@@ -372,7 +379,7 @@ class _Parser(LiteralReader):
         for comp, result, pos in self.signatures:
             root = comp.root
             assert root is not None   # computation_body always sets one
-            if not root.shape.compatible(result):
+            if not compatible_as_text(root.shape, result):
                 raise self.error_at(pos, f"the shape of computation '{comp.name}', {result.to_text(False)}, "
                                          f"is not that of its root instruction '{root.name}', "
                                          f"{root.shape.to_text(False)}")
@@ -475,7 +482,8 @@ class _Parser(LiteralReader):
         operand = scope.by_name.get(name)
         if operand is None:
             raise self.error_at(name_pos, f"undefined operand '{name}'")
-        if declared is not None and operand.shape is not OMITTED_SHAPE and not declared.compatible(operand.shape):
+        if (declared is not None and operand.shape is not OMITTED_SHAPE
+                and not compatible_as_text(declared, operand.shape)):
             raise self.error_at(start, f"operand '{name}' is written as {declared.to_text(False)} "
                                        f"but its shape is {operand.shape.to_text(False)}")
         return operand

@@ -11,6 +11,7 @@ from typing import cast
 from ..errors import ShapeError, VerifierError
 from .attributes import NON_SEMANTIC_ATTRIBUTES
 from .computation import HloComputation
+from .dynamic_dims import compatible_as_text
 from .instruction import HloInstruction
 from .module import HloModule
 from .ops import op_def
@@ -54,8 +55,8 @@ def _check_entry_layout(module: HloModule) -> None:
         raise VerifierError(f"module {module.name}: entry_computation_layout={text} does not parse: "
                             f"{e.message}") from None
     actual = entry.parameter_shapes()
-    if len(params) != len(actual) or not all(a.compatible(b) for a, b in zip(params, actual)) \
-            or not result.compatible(entry.result_shape):
+    if len(params) != len(actual) or not all(compatible_as_text(a, b) for a, b in zip(params, actual)) \
+            or not compatible_as_text(result, entry.result_shape):
         signature = TupleShape(tuple(actual)).to_text(False) + "->" + entry.result_shape.to_text(False)
         raise VerifierError(f"module {module.name}: entry_computation_layout={text} does not match "
                             f"the signature of ENTRY computation {entry.name}, {signature}")

@@ -88,7 +88,8 @@ CASES = [
     ("unterminated comment", module("  ROOT x = f32[] /* parameter(0)"), 9, 18, "unterminated comment"),
     ("undefined control predecessor", module("  ROOT x = f32[] parameter(0), control-predecessors={y}"), 9, 54,
      "undefined control predecessor 'y'"),
-    ("dynamic dimension", module("  ROOT x = f32[<=4] parameter(0)"), 9, 16, "dynamic dimensions are not supported"),
+    ("dynamic dimension without a bound", module("  ROOT x = f32[<=x] parameter(0)"), 9, 18,
+     "expected a dimension size"),
     ("operand shape mismatch", module("  x = f32[2] parameter(0)\n  ROOT y = f32[2] negate(s32[2] x)"), 10, 26,
      "operand 'x' is written as s32[2] but its shape is f32[2]"),
     # XLA's parser: a computation's written result shape must be its root's

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
+from ..dims import DimExpr, upper_bound
 from ..shape import ArrayShape, TokenShape, TupleShape
 from ..types import S32, U32
 from .registry import OpDef, register
@@ -137,11 +138,19 @@ register(OpDef("get-dimension-size", "opaque", _get_size_shape,
 
 
 def _set_size_shape(operands, attrs, declared):
-    _dimension("set-dimension-size", operands[0], attrs)
+    d = _dimension("set-dimension-size", operands[0], attrs)
     size = operands[1]
     if not (isinstance(size, ArrayShape) and size.rank == 0 and size.dtype == S32):
         raise ShapeError(f"set-dimension-size takes an s32[] size, got {size.to_text(False)}")
-    return operands[0]
+    operand = operands[0]
+    # Written as XLA does, the result marks dimension d dynamic, bounded by the operand's size:
+    # `f32[<=20,20] set-dimension-size(f32[20,20] a, s), dimensions={0}`.
+    if (isinstance(declared, ArrayShape) and declared.dtype == operand.dtype and declared.rank == operand.rank
+            and all(a == b for k, (a, b) in enumerate(zip(declared.dims, operand.dims)) if k != d)
+            and isinstance(declared.dims[d], DimExpr)
+            and upper_bound(declared.dims[d]) == upper_bound(operand.dims[d])):
+        return declared
+    return operand
 
 
 register(OpDef("set-dimension-size", "opaque", _set_size_shape, lambda instr, ops, ctx: ops[0], arity=2,
