@@ -211,13 +211,23 @@ def _reads_more_than_once(producer: HloInstruction, consumer: HloInstruction) ->
 
     A broadcast along the outer dimensions is not: the broadcast value is the same for a
     whole inner loop, so the loop computes it once per outer iteration (LLVM hoists it).
+    Elementwise ops of the producer's size inside the fusion pass the question on to their
+    users (a batch norm's rsqrt(var) * gamma, broadcast over a convolution's output).
     """
     if consumer.opcode != "fusion":
         users = [consumer]
     else:
-        users = fused_parameter(consumer, producer).users
-    for u in users:
-        if u.opcode == "broadcast":
+        users = list(fused_parameter(consumer, producer).users)
+    seen: set[int] = set()
+    while users:
+        u = users.pop()
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        if consumer.opcode == "fusion" and op_def(u.opcode).fusion_kind == "elementwise" and \
+                isinstance(u.shape, ArrayShape) and u.shape.size == producer.array_shape.size:
+            users.extend(u.users)
+        elif u.opcode == "broadcast":
             dims = tuple(u.attrs["dimensions"])
             if dims != tuple(range(len(dims))):
                 return True

@@ -1,4 +1,5 @@
 """Fusion decisions: the kernel counts that matter, values unchanged, reasons logged."""
+import numpy as np
 import pytest
 
 from pyxla.fusion.instruction_fusion import fusion_pass, kernels
@@ -6,7 +7,7 @@ from pyxla.fusion.policy import FusionPolicy
 from pyxla.hlo import parse_module, verify_module
 from pyxla.passes.pipeline import run_pipeline
 
-from ..passes.hlo_checks import assert_same_values
+from ..passes.hlo_checks import assert_same_values, random_arguments
 from . import programs
 from .programs import ARGMAX_REDUCER
 
@@ -61,6 +62,38 @@ ENTRY main {
     exps = [i for c in module.computations for i in c.instructions if i.opcode == "exponential"]
     assert len(exps) == 1
     assert any("expensive exponential has 2 users" in line for line in module.fusion_log)
+
+
+def test_an_expensive_op_is_not_recomputed_through_elementwise_ops_then_a_broadcast(rng):
+    """A batch norm's per-channel factor rsqrt(var + eps) * gamma, broadcast over a
+    convolution's output: the rsqrt is a kernel of its own, not computed per output element."""
+    text = """
+HloModule bn_epilogue
+ENTRY main {
+  x = f32[2,6,6,3] parameter(0)
+  w = f32[3,3,3,4] parameter(1)
+  var = f32[4] parameter(2)
+  gamma = f32[4] parameter(3)
+  conv = f32[2,6,6,4] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  eps = f32[] constant(1e-05)
+  eps4 = f32[4] broadcast(eps), dimensions={}
+  shifted = f32[4] add(var, eps4)
+  r = f32[4] rsqrt(shifted)
+  scale = f32[4] multiply(r, gamma)
+  spread = f32[2,6,6,4] broadcast(scale), dimensions={3}
+  ROOT y = f32[2,6,6,4] multiply(conv, spread)
+}
+"""
+    module = fused(text)
+    output = next(k for k in kernels(module.entry) if k.attrs.get("kind") == "kOutput")
+    assert "rsqrt" not in [i.opcode for i in output.attrs["calls"].instructions]
+    assert any("rsqrt would be recomputed" in line for line in module.fusion_log)
+
+    def positive_variance(m, rng):
+        args = random_arguments(m, rng)
+        args[2] = np.abs(args[2]) + np.float32(0.5)
+        return args
+    assert_same_values(parse_module(text), module, rng, rtol=1e-5, make_args=positive_variance)
 
 
 def test_cheap_producer_is_duplicated_into_its_consumers():

@@ -66,6 +66,30 @@ def test_cnn_batch_norm_eval_and_pooling(seed):
     run_both(model, torch.randn(2, 3, 16, 16))
 
 
+def test_max_pool_in_inference_computes_no_indices(seed):
+    """max_pool2d_with_indices whose indices nothing reads is one max window (no s64 index
+    planes); NaN wins a window as in eager PyTorch, and padding never does."""
+    import pyxla.torch as pt
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True)).eval()
+    module = pt.export(model, (torch.randn(2, 3, 11, 11),))
+    windows = [i for i in module.entry.instructions if i.opcode == "reduce-window"]
+    assert len(windows) == 1 and len(windows[0].operands) == 2   # one array and its init value
+    x = -torch.rand(2, 3, 11, 11) - 1     # all-negative: a padded -inf must never win
+    x[0, 1, 4, 5] = float("nan")
+    pool = nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True)
+    want = pool(x)
+    assert want.isnan().sum() == 2
+    torch.testing.assert_close(torch.compile(pool, backend="pyxla")(x), want, rtol=0, atol=0, equal_nan=True)
+
+
+def test_batch_norm_eval_without_affine_parameters(seed):
+    model = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6, affine=False), nn.ReLU())
+    model[1].running_mean.uniform_(-0.5, 0.5)
+    model[1].running_var.uniform_(0.5, 2.0)
+    run_both(model, torch.randn(2, 3, 8, 8))
+
+
 def test_transformer_encoder_layer(seed):
     layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.1, batch_first=True)
     run_both(layer, torch.randn(2, 6, 32), rtol=1e-4, atol=2e-5)

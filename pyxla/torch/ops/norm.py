@@ -36,9 +36,12 @@ def _batch_norm(ctx, x, w, b, rm, rv, training, momentum, eps):
         new_rm = None if rm is None else rm * (1 - momentum) + mean * momentum
         new_rv = None if rv is None else rv * (1 - momentum) + var * (momentum * count / max(count - 1, 1))
         return _affine(y, w, b, x.ndim), mean, rstd, new_rm, new_rv
+    # eval: one multiply-add per element, x * scale + shift, the per-channel factors computed
+    # once (the epilogue a convolution's output fusion takes; (x - mean) * rstd * w + b was four)
     rstd = lax.rsqrt(rv + eps)
-    y = (x - channel(rm, x.ndim)) * channel(rstd, x.ndim)
-    return _affine(y, w, b, x.ndim), rm, rstd, rm, rv
+    scale = rstd if w is None else rstd * w
+    shift = -rm * scale if b is None else b - rm * scale
+    return x * channel(scale, x.ndim) + channel(shift, x.ndim), rm, rstd, rm, rv
 
 
 def _saved(ctx, index, value):

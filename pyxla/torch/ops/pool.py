@@ -30,6 +30,11 @@ def max_pool_with_indices(ctx, x, kernel, stride=(), padding=0, dilation=1, ceil
     out_shape = ctx.out_shape(0)
     n = len(ints(kernel, 1)) if not isinstance(kernel, int) else 2
     dims, strides, pads, dil = _window(x, kernel, stride, padding, dilation, out_shape[-n:])
+    if not ctx.result_used(1):
+        # inference: a plain max window (one operand: the layout pass moves it features-last
+        # with the convolutions around it, and the pool kernels take it), no indices
+        values = lax.reduce_window_max(x, dims, strides, pads, window_dilation=dil)
+        return values, pnp.zeros(ctx.out_shape(1), np.int64)
     plane = int(np.prod(x.shape[-n:]))
     index = pnp.broadcast_to(pnp.reshape(lax.iota(np.int64, plane), x.shape[-n:]), x.shape)
     low = np.array(-np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min, x.dtype)

@@ -60,6 +60,12 @@ class LoweringContext:
         from ..symbols import concrete
         return tuple(int(concrete(d)) for d in self._tensor_meta(index).shape)
 
+    def result_used(self, index: int) -> bool:
+        """Whether the graph reads result `index` of this multi-result node (through
+        getitem; any other use reads them all)."""
+        import operator
+        return any(user.target is not operator.getitem or user.args[1] == index for user in self.node.users)
+
     def arg_meta(self, index: int):
         arg = self.node.args[index]
         return arg.meta.get("val") if hasattr(arg, "meta") else arg
