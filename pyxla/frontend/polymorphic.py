@@ -38,6 +38,7 @@ from .shape_poly import (
 )
 from .tracing import Trace, Tracer
 
+_FORWARDING = frozenset({"public", "method", "wrapper", "_reshape", "_transpose", "_getitem"})
 _PYXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # NumPy and the standard library are not the user's code, though pyxla calls into them.
 _LIBRARY_DIRS = (os.path.dirname(os.path.abspath(np.__file__)), os.path.dirname(os.path.abspath(os.__file__)))
@@ -212,7 +213,8 @@ def _with_origin(message: str, tb) -> str:
     if user_index is None:
         return message
     user = frames[user_index]
-    inner = frames[user_index + 1] if user_index + 1 < len(frames) else None
+    # the pyxla function the user called: past the wrappers that only forward the call
+    inner = next((f for f in frames[user_index + 1:] if f.name not in _FORWARDING), None)
     op = ""
     if inner is not None:
         module = os.path.relpath(inner.filename, os.path.dirname(_PYXLA_DIR))

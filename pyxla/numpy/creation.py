@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..frontend.tracing import Tracer, bind
-from ..hlo.dims import DimExpr
+from ..frontend.tracing import where as source_line
+from ..hlo.dims import DimExpr, InconclusiveDimensionOperation
 from .core import (
     BOOL,
     FLOAT64,
@@ -182,6 +183,14 @@ def arange(start, stop=None, step=None, dtype=None):
         if isinstance(v, Tracer):
             raise TypeError("pyxla.numpy.arange: start, stop and step must be static "
                             "(the length of the result must be known when tracing)")
+    if any(isinstance(v, DimExpr) for v in (start, stop, step)):
+        # A symbolic size (shape-polymorphic trace): 0, 1, ..., n-1 for arange(n) only.
+        if not (isinstance(stop, DimExpr) and isinstance(start, int) and start == 0 and step == 1):
+            raise InconclusiveDimensionOperation(
+                f"pyxla.numpy.arange({start}, {stop}, {step}): with a symbolic size only arange(n) is "
+                f"supported{source_line()}")
+        dt = supported_dtype("arange", np.int64 if dtype is None else dtype)
+        return iota(dt if dt != BOOL else INT64, (stop,), 0)
     if step == 0:
         raise ZeroDivisionError("pyxla.numpy.arange: step is zero")
     length = max(0, math.ceil((stop - start) / step))

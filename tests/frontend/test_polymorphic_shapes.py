@@ -301,3 +301,25 @@ def test_vmap_over_the_dynamic_axis():
         x = f32(rng, n, 4)
         np.testing.assert_allclose(f(x, w), np.tanh(x.astype(np.float64) @ w), rtol=RTOL, atol=ATOL)
     assert f.trace_count == 1
+
+
+def test_causal_attention_mask_from_arange_of_the_dynamic_size(capsys, monkeypatch):
+    def causal_mean(x):
+        i = pnp.arange(x.shape[0])
+        mask = i[:, None] >= i[None, :]                        # s x s, both symbolic
+        weights = pnp.where(mask, 1.0, 0.0)
+        return (weights @ x) / weights.sum(-1, keepdims=True), x[-2:]
+
+    def reference(x):
+        w = np.tril(np.ones((x.shape[0], x.shape[0])))
+        return (w @ x) / w.sum(-1, keepdims=True), x[-2:]
+
+    f = pyxla.jit(causal_mean, polymorphic_shapes=("s, 3",), shape_constraints=("s >= 2",))
+    sizes = (2, 5, 3, 8, 13, 31, 7)
+    run_sizes(f, lambda r, n: (f32(r, n, 3),), reference, sizes, capsys, monkeypatch)
+
+
+def test_inconclusive_error_names_the_function_called():
+    f = pyxla.jit(lambda x: pnp.arange(1, x.shape[0]), polymorphic_shapes=("b",))
+    with pytest.raises(InconclusiveDimensionOperation, match=r"arange.*only arange\(n\).*test_polymorphic_shapes"):
+        f(np.ones(4, np.float32))
