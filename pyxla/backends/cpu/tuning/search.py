@@ -127,6 +127,10 @@ def effective(kernel: Kernel, p: Params) -> Params:
     from ..conv.tile_plan import BLOCK_BYTES
     from ..conv.tiles import KERNEL_PREFETCH_ROWS, UNROLL
     p = replace(p, tasks_per_thread=p.tasks_per_thread or TASKS_PER_THREAD)
+    if route_label(p, kernel).startswith("winograd"):
+        from ..conv.winograd import TILES
+        strips = TILES[host_jit().vector_bytes]
+        return replace(p, positions=p.positions or (strips[0] if len(strips) == 1 else None))
     if route_label(p, kernel) != "tiles":
         return p
     return replace(p, prefetch_rows=KERNEL_PREFETCH_ROWS if p.prefetch_rows is None else p.prefetch_rows,

@@ -115,3 +115,19 @@ def test_a_candidate_that_fails_to_build_is_reported_not_fatal(monkeypatch):
     assert [d["status"] for d in report.discarded] == ["failed"]
     assert "no code for this candidate" in report.discarded[0]["reason"]
     assert list(winners.values()) == [ConvParams(tasks_per_thread=1)]
+
+
+def test_the_defaults_are_not_tried_again_as_candidates():
+    from pyxla.backends.cpu.codegen import TASKS_PER_THREAD
+    program = Program(CONV)
+    report = Report("conv")
+    tried = []
+
+    def emit(event):
+        report.add(event)
+        if event["event"] == "candidate":
+            tried.append(event["params"])
+
+    search.search(program, 120.0, emit, spaces=lambda k, p: [("tasks_per_thread", [TASKS_PER_THREAD, 1])],
+                  try_routes=False, timer=lambda program, a, b: (1.0, 1.0))
+    assert tried == [{"kind": "conv", "tasks_per_thread": 1}]
