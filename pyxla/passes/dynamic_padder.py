@@ -23,18 +23,25 @@ Rewrites, by opcode:
   slice with a symbolic start             dynamic-slice at the runtime start
   dynamic-slice / dynamic-update-slice    starts clamped to the actual sizes; an update with
                                           symbolic sizes is merged with what it overwrites
+  scatter with symbolically many updates  the padding rows of the indices set out of bounds
+                                          (scatter skips those windows)
   get-dimension-size                      the size computed from the size parameters
-Unchanged: elementwise ops, broadcast, iota, transpose, reshapes that keep each symbolic
-dimension outermost of the dimensions it merges with or splits into, dot batch and free
-dimensions, a convolution's batch dimension, slices with static starts, gathers that do not
-index into a symbolic dimension, sort/reverse/top-k along static dimensions, control flow
-whose called computations need no rewrite.
+  while whose body or condition has symbolic shapes
+                                          the sizes threaded through the loop state, so the
+                                          body and condition build masks like ENTRY
+Calls are inlined first. Unchanged: elementwise ops, broadcast, iota, transpose, reshapes
+that keep each symbolic dimension outermost of the dimensions it merges with or splits
+into, dot batch and free dimensions, a convolution's batch dimension, slices with static
+starts, gathers that do not index into a symbolic dimension, sort/reverse/top-k along
+static dimensions. Masking a reduction's padding with its init value assumes the init is
+the reducer's identity, as XLA's reduce semantics require.
 
 Everything else with a symbolic dimension raises NotImplementedError naming the op, the
 instruction and the dimension: sort, reverse or top-k along a symbolic dimension, reshapes
 that merge a symbolic dimension as other than the outermost of its group, gather or scatter
 indexing into a symbolic operand dimension, convolution over a symbolic spatial or feature
-dimension, masks needed inside called computations (only ENTRY has the size parameters).
+dimension, sizes needed inside other called computations (conditional branches, ...), and
+opcodes the padder does not know (custom-call, fusion, ...).
 """
 from __future__ import annotations
 
@@ -52,7 +59,7 @@ from ..hlo.dims import Dim, DimExpr, Symbol, dim
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
-from ..hlo.shape import ArrayShape, Shape, TupleShape, flatten_shape
+from ..hlo.shape import ArrayShape, Shape, TupleShape, describe_shape, flatten_shape
 from ..hlo.types import PRED, S32
 from .call_inliner import call_inliner
 
@@ -86,9 +93,7 @@ def pad_to_bounds(module: HloModule, bounds: Mapping[str, int]) -> PaddedModule:
     param_dims = tuple(tuple(s.dims) for p in entry.parameters for s in flatten_shape(p.shape)
                        if isinstance(s, ArrayShape))
     output_dims = tuple(tuple(s.dims) for s in flatten_shape(entry.result_shape) if isinstance(s, ArrayShape))
-    padder = _Padder(work, entry, [s.name for s in symbols])
-    for comp in work.computations:
-        padder.rewrite(comp)
+    _Padder(work, entry, [s.name for s in symbols]).run()
     _substitute(work, values)
     work.header_attrs.pop("entry_computation_layout", None)   # the signature has grown
     return PaddedModule(work, tuple(s.name for s in symbols), values, output_dims, param_dims)
@@ -198,13 +203,33 @@ class _Padder:
     def __init__(self, module: HloModule, entry: HloComputation, names: list[str]):
         self.module = module
         self.entry = entry
+        self.names = names
         first = len(entry.parameters)
-        self.size_params: dict[str, HloInstruction] = {}
+        params: dict[str, HloInstruction] = {}
         for i, name in enumerate(names):
             param = HloInstruction(module.fresh_name(f"size_{name}"), "parameter", ArrayShape(SIZE_TYPE, ()),
                                    parameter_number=first + i)
-            self.size_params[name] = entry.add_instruction(param)
-        self.sizes: dict[DimExpr, HloInstruction] = {}
+            params[name] = entry.add_instruction(param)
+        # Where each computation reads the actual sizes: ENTRY from its parameters, a loop's
+        # body and condition from the loop state they are threaded through (_while).
+        self.sources: dict[int, dict[str, HloInstruction]] = {id(entry): params}
+        self.sizes: dict[tuple[int, DimExpr], HloInstruction] = {}
+
+    def run(self) -> None:
+        """Rewrite every computation, callers before callees (a loop threads the sizes into
+        its body before the body is rewritten)."""
+        done: set[int] = set()
+        queue = [self.entry]
+        while queue:
+            comp = queue.pop(0)
+            if id(comp) in done:
+                continue
+            done.add(id(comp))
+            self.rewrite(comp)
+            queue.extend(callee for instr in comp.instructions for callee in instr.called_computations())
+        for comp in self.module.computations:
+            if id(comp) not in done:
+                self.rewrite(comp)
 
     # -- building blocks -----------------------------------------------------------------------
     def add(self, comp: HloComputation, opcode: str, shape: Shape, operands: Iterable[HloInstruction] = (),
@@ -220,16 +245,18 @@ class _Padder:
         """An instruction computing the actual value of size `value` (a scalar of `dtype`)."""
         if not isinstance(value, DimExpr):
             return self.constant(comp, int(value), dtype)
-        if comp is not self.entry:
+        source = self.sources.get(id(comp))
+        if source is None:
             raise NotImplementedError(
                 f"dynamic padder: {user.describe()} needs the actual value of the symbolic size {value}, "
-                f"but it is inside the called computation {comp.name} and only the ENTRY computation has "
-                "the size parameters")
-        if value not in self.sizes:
+                f"but it is inside the called computation {comp.name}, which has no size parameters (only the "
+                "ENTRY computation and the bodies and conditions of its loops have them)")
+        key = (id(comp), value)
+        if key not in self.sizes:
             total: HloInstruction | None = None
             scalar = ArrayShape(SIZE_TYPE, ())
             for monomial, coefficient in sorted(value.terms.items(), key=lambda mc: len(mc[0])):
-                factors = [self.size_params[s.name] for s, p in monomial for _ in range(p)]
+                factors = [source[s.name] for s, p in monomial for _ in range(p)]
                 if coefficient != 1 or not factors:
                     factors.append(self.constant(comp, coefficient, SIZE_TYPE))
                 term = factors[0]
@@ -237,8 +264,8 @@ class _Padder:
                     term = self.add(comp, "multiply", scalar, (term, f))
                 total = term if total is None else self.add(comp, "add", scalar, (total, term))
             assert total is not None
-            self.sizes[value] = total
-        result = self.sizes[value]
+            self.sizes[key] = total
+        result = self.sizes[key]
         if dtype != SIZE_TYPE:
             result = self.add(comp, "convert", ArrayShape(dtype, ()), (result,))
         return result
@@ -306,7 +333,7 @@ def _symbolic_description(instr: HloInstruction) -> str:
 # Opcodes whose results never depend on the padding of their operands beyond the same
 # positions (or that only move whole values around).
 _THROUGH = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "broadcast", "iota", "transpose",
-                      "copy", "map", "opt-barrier", "after-all", "while", "conditional", "call",
+                      "copy", "map", "opt-barrier", "after-all", "conditional", "call",
                       "batch-norm-inference", "rng", "rng-bit-generator", "stochastic-convert"})
 
 
@@ -599,8 +626,29 @@ def _gather(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
 
 
 def _scatter(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
-    raise _refuse(instr, "scatter with symbolic dimensions is not supported (padded index rows would scatter "
-                         f"unspecified updates; {_symbolic_description(instr)})")
+    """Index rows in the padding of the indices would scatter unspecified updates: they are set
+    out of bounds (the type's largest value), and scatter skips an update window out of bounds."""
+    n = (len(instr.operands) - 1) // 2
+    shape = instr.operands[0].array_shape
+    for d in instr.attrs["scatter_dims_to_operand_dims"]:
+        if _symbolic(shape.dims[d]):
+            raise _refuse(instr, f"scatter indexing into the symbolic operand dimension {d} ({shape.dims[d]}) is "
+                                 "not supported")
+    indices = instr.operands[n]
+    ishape = indices.array_shape
+    vector = instr.attrs["index_vector_dim"]
+    batch = [d for d in range(ishape.rank) if d != vector]
+    largest = int(np.iinfo(ishape.dtype.np_dtype).max)
+    for d in instr.attrs["scatter_dims_to_operand_dims"]:
+        if largest < shape.dims[d]:
+            raise _refuse(instr, f"the indices' type {ishape.dtype} cannot hold an index out of bounds of operand "
+                                 f"dimension {d} ({shape.dims[d]}), which the padded index rows need")
+    far = p.constant(comp, largest, ishape.dtype)
+    masked = p.masked(comp, indices, batch, far, instr)
+    if masked is indices:
+        return False
+    _set_operand(instr, n, masked)
+    return True
 
 
 def _select_and_scatter(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
@@ -622,7 +670,63 @@ def _batch_norm(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool
     return False
 
 
+# --- loops ---------------------------------------------------------------------------------------
+
+def _mentions_symbols(comp: HloComputation, seen: set[int] | None = None) -> bool:
+    """Whether `comp`, or a computation it calls, has a symbolic shape or attribute."""
+    seen = set() if seen is None else seen
+    if id(comp) in seen:
+        return False
+    seen.add(id(comp))
+    for instr in comp.instructions:
+        if any(True for _ in _dims_in([instr.shape, *instr.attrs.values()])):
+            return True
+        if any(_mentions_symbols(c, seen) for c in instr.called_computations()):
+            return True
+    return False
+
+
+def _while(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    """Thread the actual sizes through the loop state, so that the body and the condition can
+    build masks: the state gets one s32[] element per symbol, which the body passes on."""
+    body, cond = instr.attrs["body"], instr.attrs["condition"]
+    if id(comp) not in p.sources or not (_mentions_symbols(body) or _mentions_symbols(cond)):
+        return False
+    state = instr.shape
+    if not isinstance(state, TupleShape):
+        raise _refuse(instr, f"a loop whose state {describe_shape(state)} is not a tuple cannot carry the "
+                             "actual sizes its body needs")
+    for c in (body, cond):
+        if id(c) in p.sources:
+            raise _refuse(instr, f"the computation {c.name} serves another loop already; the sizes cannot be "
+                                 "threaded through both")
+        param = c.parameters[0]
+        if any(u.opcode != "get-tuple-element" for u in param.users) or c.root is param:
+            raise _refuse(instr, f"the loop state is used whole in {c.name}, so the actual sizes cannot be "
+                                 "added to it")
+    n, scalar = len(state.elements), ArrayShape(SIZE_TYPE, ())
+    extended = TupleShape(state.elements + (scalar,) * len(p.names))
+    init = instr.operands[0]
+    elements = [p.add(comp, "get-tuple-element", e, (init,), index=k) for k, e in enumerate(state.elements)]
+    elements += [p.sources[id(comp)][name] for name in p.names]
+    loop = p.add(comp, "while", extended, (p.add(comp, "tuple", extended, elements),), **instr.attrs)
+    restored = p.add(comp, "tuple", state,
+                     [p.add(comp, "get-tuple-element", e, (loop,), index=k) for k, e in enumerate(state.elements)])
+    comp.replace_instruction(instr, restored)
+    for c in (body, cond):
+        param = c.parameters[0]
+        param.shape = extended
+        p.sources[id(c)] = {name: p.add(c, "get-tuple-element", scalar, (param,), index=n + i)
+                            for i, name in enumerate(p.names)}
+    root = body.root
+    assert root is not None
+    carried = [p.add(body, "get-tuple-element", e, (root,), index=k) for k, e in enumerate(state.elements)]
+    body.root = p.add(body, "tuple", extended, carried + [p.sources[id(body)][name] for name in p.names])
+    return True
+
+
 _HANDLERS: dict[str, Any] = {
+    "while": _while,
     "reduce": _reduce,
     "reduce-window": _reduce_window,
     "dot": _dot,

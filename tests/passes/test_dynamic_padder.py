@@ -12,7 +12,7 @@ from pyxla.hlo.attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowD
 from pyxla.hlo.builder import HloBuilder, scalar_computation
 from pyxla.hlo.dims import DimExpr, Symbol, evaluate_dim
 from pyxla.hlo.shape import ArrayShape, TupleShape
-from pyxla.hlo.types import F32, S32
+from pyxla.hlo.types import F32, PRED, S32
 from pyxla.passes.dynamic_padder import pad_to_bounds, reshape_problem
 
 B = DimExpr.symbol(Symbol("b"))
@@ -278,6 +278,32 @@ def test_gather_from_a_static_table_and_sort_along_a_static_dimension(rng):
           lambda table, ids: (table[np.clip(ids, 0, 9)], np.sort(table[np.clip(ids, 0, 9)], axis=1)), rng)
 
 
+def test_scatter_of_symbolically_many_rows_skips_the_padding_rows(rng):
+    b = HloBuilder("scatter")
+    table = b.parameter(arr(10, 4), "table")
+    ids = b.parameter(arr(B, dtype=S32), "ids")
+    rows = b.parameter(arr(B, 4), "rows")
+    added = b.op("scatter", table, ids, rows, update_window_dims=(1,), inserted_window_dims=(0,),
+                 scatter_dims_to_operand_dims=(0,), index_vector_dim=1, to_apply=ADD)
+
+    def reference(table, ids, rows):
+        out = table.copy()
+        inside = (ids >= 0) & (ids < 10)   # scatter skips windows out of bounds
+        np.add.at(out, ids[inside], rows[inside])
+        return out
+
+    padded = pad_to_bounds(b.module(added), {"b": 32})
+    executable = CpuBackend().compile(padded.module)
+    for n in (1, 20, 32):
+        args = padded_arguments(padded, {"b": n}, rng)
+        ids = rng.integers(-2, 12, n).astype(np.int32)   # some out of bounds, many repeated
+        full_ids = np.full(32, 3, np.int32)   # padding rows aimed at a valid row: they must be skipped
+        full_ids[:n] = ids
+        got = executable(args[0][1], full_ids, args[2][1], np.int32(n))
+        want = reference(args[0][0].astype(np.float64), ids, args[2][0].astype(np.float64))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_called_computations_are_inlined_and_get_the_sizes(rng):
     inner = HloBuilder("inner")
     y = inner.parameter(arr(B, 5), "y")
@@ -347,21 +373,42 @@ def test_gather_into_a_symbolic_dimension_is_refused():
     _refused(b.module(rows), r"%rows \(gather\).*symbolic operand dimension 0 \(b\)")
 
 
-def test_sizes_needed_inside_a_loop_body_are_refused():
-    state = TupleShape((arr(B), arr(dtype=S32)))
+def test_loops_get_the_sizes_through_their_state(rng):
+    # for i in range(x.shape[0]): acc += x[i] * sum(x[:, 0])  -- the trip count, the row read and
+    # the inner reduction all need the actual size, inside the condition and the body
+    state = TupleShape((arr(dtype=S32), arr(3), arr(B, 3)))
     body = HloBuilder("body")
     t = body.parameter(state, "t")
-    v = body.op("get-tuple-element", t, index=0)
-    k = body.op("get-tuple-element", t, index=1)
-    total = body.op("reduce", v, body.constant(0.0, F32), dimensions=(0,), to_apply=ADD, name="inner_sum")
-    moved = body.op("add", v, body.op("broadcast", total, shape=arr(B), dimensions=()))
-    body_comp = body.build(body.tuple(moved, body.op("add", k, body.constant(1, S32))))
+    i, acc, x = (body.op("get-tuple-element", t, index=k) for k in range(3))
+    row = body.op("reshape", body.op("dynamic-slice", x, i, body.constant(0, S32), dynamic_slice_sizes=(1, 3)),
+                  shape=arr(3))
+    column = body.op("reduce", x, body.constant(0.0, F32), dimensions=(0,), to_apply=ADD, name="inner_sum")
+    acc = body.op("add", acc, body.op("multiply", row, column))
+    body_comp = body.build(body.tuple(body.op("add", i, body.constant(1, S32)), acc, x))
     cond = HloBuilder("cond")
     ct = cond.parameter(state, "t")
-    cond_comp = cond.build(cond.op("compare", cond.op("get-tuple-element", ct, index=1), cond.constant(3, S32),
-                                   direction="LT"))
+    n = cond.op("get-dimension-size", cond.op("get-tuple-element", ct, index=2), dimensions=(0,))
+    cond_comp = cond.build(cond.op("compare", cond.op("get-tuple-element", ct, index=0), n, direction="LT"))
+    b = HloBuilder("scan")
+    x = b.parameter(arr(B, 3), "x")
+    init = b.tuple(b.constant(0, S32), b.op("broadcast", b.constant(0.0, F32), shape=arr(3), dimensions=()), x)
+    loop = b.op("while", init, condition=cond_comp, body=body_comp)
+    module = b.module(b.tuple(b.op("get-tuple-element", loop, index=1), b.op("get-tuple-element", loop, index=0)))
+    check(module, {"b": 8}, [{"b": 1}, {"b": 5}, {"b": 8}],
+          lambda x: (x.sum(0) * x.sum(0), np.int32(x.shape[0])), rng, rtol=1e-4)
+
+
+def test_sizes_needed_inside_a_branch_are_refused():
+    branch = HloBuilder("branch")
+    v = branch.parameter(arr(B), "v")
+    branch_comp = branch.build(branch.op("reduce", v, branch.constant(0.0, F32), dimensions=(0,), to_apply=ADD,
+                                         name="inner_sum"))
+    other = HloBuilder("other")
+    w = other.parameter(arr(B), "w")
+    other_comp = other.build(other.op("reduce", w, other.constant(1.0, F32), dimensions=(0,),
+                                      to_apply=scalar_computation("multiply", F32)))
     b = HloBuilder("f")
     x = b.parameter(arr(B), "x")
-    loop = b.op("while", b.tuple(x, b.constant(0, S32)), condition=cond_comp, body=body_comp)
-    _refused(b.module(b.op("get-tuple-element", loop, index=0)),
-             r"%inner_sum \(reduce\) in body.*only the ENTRY computation has the size parameters")
+    flag = b.parameter(arr(dtype=PRED), "flag")
+    chosen = b.op("conditional", flag, x, x, true_computation=branch_comp, false_computation=other_comp)
+    _refused(b.module(chosen), r"%inner_sum \(reduce\) in branch.*has no size parameters")
