@@ -83,6 +83,8 @@ class PolymorphicFunction:
         self.specs = PolySpecs(polymorphic_shapes, tuple(shape_constraints))
         self.size_buckets = check_size_buckets(size_buckets or {}, self.specs.symbols)
         self._traces: dict[tuple, _Traced] = {}
+        self._fast_cache: dict[tuple, tuple] = {}   # (type, shape, dtype) per positional array
+        self._arrays_only = not self._jitted.static_argnums and not self._jitted.static_argnames
         self.compile_count = 0
         self.__name__ = getattr(fn, "__name__", "fn")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -165,18 +167,34 @@ class PolymorphicFunction:
         return self._traced(static_key, leaves, in_tree, specs).lowered
 
     def __call__(self, *args, **kwargs) -> Any:
+        # Fast path: positional NumPy arrays of shapes seen before: one dict lookup gives
+        # the bucket and the sizes, as jit's signature cache does.
+        fast_key = None
+        if not kwargs and self._arrays_only:
+            try:
+                fast_key = tuple([(type(a), a.shape, a.dtype) for a in args])
+            except AttributeError:
+                pass
+            else:
+                hit = self._fast_cache.get(fast_key)
+                if hit is not None:
+                    return self._run(hit[0], hit[1], hit[2], args)
         from .tracing import current_trace
         if current_trace() is not None:
             return self.fn(*args, **kwargs)   # inside another trace: inlined, as jit does
         static_key, leaves, in_tree, specs, values = self._arguments(args, kwargs)
         traced = self._traced(static_key, leaves, in_tree, specs)
         entry = self._bucket(traced, values)
-        arrays = [_padded(a, shape) for (a, _), shape in zip(leaves, entry.param_shapes)]
+        if fast_key is not None and all(type(a) is np.ndarray and a.dtype.isnative for a in args):
+            self._fast_cache[fast_key] = (entry, values, traced.lowered.out_tree)
+        return self._run(entry, values, traced.lowered.out_tree, [a for a, _ in leaves])
+
+    def _run(self, entry: BucketExecutable, values: dict[str, int], out_tree, leaves: Sequence[np.ndarray]) -> Any:
+        arrays = [_padded(a, shape) for a, shape in zip(leaves, entry.param_shapes)]
         arrays += [np.asarray(values[name], np.int32) for name in entry.symbols]
         entry.calls += 1
         outs = entry.compiled.executable.run_flat(arrays)
         outs = [_sliced(o, evaluate_dims(dims, values)) for o, dims in zip(outs, entry.output_dims)]
-        out_tree = traced.lowered.out_tree
         return outs[0] if out_tree.kind == "leaf" else tree_unflatten(out_tree, outs)
 
     def as_text(self, *args, **kwargs) -> str:
