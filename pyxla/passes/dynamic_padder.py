@@ -23,6 +23,10 @@ Rewrites, by opcode:
   slice with a symbolic start             dynamic-slice at the runtime start
   dynamic-slice / dynamic-update-slice    starts clamped to the actual sizes; an update with
                                           symbolic sizes is merged with what it overwrites
+  convolution over a symbolic spatial or input feature dimension
+                                          input masked to 0 (what its own padding holds); a
+                                          symbolic feature dimension masks the kernel too
+  reverse along a symbolic dimension      a dynamic-slice moves the valid elements to the front
   scatter with symbolically many updates  the padding rows of the indices set out of bounds
                                           (scatter skips those windows)
   get-dimension-size                      the size computed from the size parameters
@@ -37,11 +41,11 @@ static dimensions. Masking a reduction's padding with its init value assumes the
 the reducer's identity, as XLA's reduce semantics require.
 
 Everything else with a symbolic dimension raises NotImplementedError naming the op, the
-instruction and the dimension: sort, reverse or top-k along a symbolic dimension, reshapes
-that merge a symbolic dimension as other than the outermost of its group, gather or scatter
-indexing into a symbolic operand dimension, convolution over a symbolic spatial or feature
-dimension, sizes needed inside other called computations (conditional branches, ...), and
-opcodes the padder does not know (custom-call, fusion, ...).
+instruction and the dimension: sort or top-k along a symbolic dimension, reshapes that merge
+a symbolic dimension as other than the outermost of its group, gather or scatter indexing
+into a symbolic operand dimension, convolution with a symbolic kernel window or with groups
+over symbolic features, sizes needed inside other called computations (conditional
+branches, ...), and opcodes the padder does not know (custom-call, fusion, ...).
 """
 from __future__ import annotations
 
@@ -53,9 +57,9 @@ from typing import Any
 
 import numpy as np
 
-from ..hlo.attributes import ConvDimensionNumbers, SliceDim
+from ..hlo.attributes import ConvDimensionNumbers, PadDim, SliceDim
 from ..hlo.computation import HloComputation
-from ..hlo.dims import Dim, DimExpr, Symbol, dim
+from ..hlo.dims import Dim, DimExpr, Symbol, dim, evaluate_dim
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
@@ -93,7 +97,7 @@ def pad_to_bounds(module: HloModule, bounds: Mapping[str, int]) -> PaddedModule:
     param_dims = tuple(tuple(s.dims) for p in entry.parameters for s in flatten_shape(p.shape)
                        if isinstance(s, ArrayShape))
     output_dims = tuple(tuple(s.dims) for s in flatten_shape(entry.result_shape) if isinstance(s, ArrayShape))
-    _Padder(work, entry, [s.name for s in symbols]).run()
+    _Padder(work, entry, [s.name for s in symbols], values).run()
     _substitute(work, values)
     work.header_attrs.pop("entry_computation_layout", None)   # the signature has grown
     return PaddedModule(work, tuple(s.name for s in symbols), values, output_dims, param_dims)
@@ -200,8 +204,9 @@ class _Padder:
     """Rewrites one module's computations; instructions added keep symbolic shapes until
     `_substitute` makes the whole module static."""
 
-    def __init__(self, module: HloModule, entry: HloComputation, names: list[str]):
+    def __init__(self, module: HloModule, entry: HloComputation, names: list[str], bounds: dict[str, int]):
         self.module = module
+        self.bounds = bounds
         self.entry = entry
         self.names = names
         first = len(entry.parameters)
@@ -597,19 +602,56 @@ def _matrix_op(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
 
 
 def _convolution(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    """The input's padding along symbolic spatial dimensions becomes zeros, which is what the
+    convolution's own padding and base dilation hold, so every valid output position sees
+    what it sees at the actual size; a symbolic input feature dimension is contracted like a
+    dot's (both operands masked to 0). The batch dimension needs nothing."""
     lhs, rhs = instr.operands
     dn: ConvDimensionNumbers = instr.attrs["dim_labels"]
-    for d, size in enumerate(lhs.array_shape.dims):
-        if _symbolic(size) and d != dn.input_batch:
-            role = "feature" if d == dn.input_feature else "spatial"
-            raise _refuse(instr, f"convolution over the symbolic {role} dimension {d} ({size}) of the input is "
-                                 "not supported (only the batch dimension may be symbolic)")
-    for d, size in enumerate(rhs.array_shape.dims):
-        if _symbolic(size):
-            raise _refuse(instr, f"convolution with the symbolic kernel dimension {d} ({size}) is not supported")
-    if instr.attrs.get("batch_group_count", 1) != 1 and _symbolic(lhs.array_shape.dims[dn.input_batch]):
-        raise _refuse(instr, "convolution with batch groups over a symbolic batch dimension is not supported")
-    return False
+    lshape, rshape = lhs.array_shape, rhs.array_shape
+    fgc, bgc = instr.attrs.get("feature_group_count", 1), instr.attrs.get("batch_group_count", 1)
+    if bgc != 1 and _symbolic(lshape.dims[dn.input_batch]):
+        raise _refuse(instr, "convolution with batch groups over a symbolic batch dimension "
+                             f"{dn.input_batch} ({lshape.dims[dn.input_batch]}) is not supported")
+    feature = lshape.dims[dn.input_feature]
+    if _symbolic(feature) and (fgc != 1 or bgc != 1):
+        raise _refuse(instr, f"convolution with groups over the symbolic feature dimension {dn.input_feature} "
+                             f"({feature}) is not supported")
+    for d in dn.kernel_spatial:
+        if _symbolic(rshape.dims[d]):
+            raise _refuse(instr, f"convolution with the symbolic kernel dimension {d} ({rshape.dims[d]}) is not "
+                                 "supported")
+    lhs_dims = [d for d in (dn.input_feature, *dn.input_spatial) if _symbolic(lshape.dims[d])]
+    if not lhs_dims:
+        return False
+    _set_operand(instr, 0, p.masked(comp, lhs, lhs_dims, p.zero(comp, lshape.dtype), instr))
+    if _symbolic(feature):
+        _set_operand(instr, 1, p.masked(comp, rhs, [dn.kernel_input_feature], p.zero(comp, rshape.dtype), instr))
+    return True
+
+
+def _reverse(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    """Reversed, the valid elements of a symbolic dimension end the padded array: they are
+    moved back to the front with a dynamic-slice at (padded size - actual size), from the
+    reversed array padded by its own size so the slice never clamps."""
+    x = instr.operands[0]
+    shape = x.array_shape
+    moved = [d for d in instr.attrs["dimensions"] if _symbolic(shape.dims[d])]
+    if not moved:
+        return False
+    flipped = p.add(comp, "reverse", shape.without_layout(), (x,), **instr.attrs)
+    grown = tuple(2 * size if d in moved else size for d, size in enumerate(shape.dims))
+    padding = tuple(PadDim(0, size if d in moved else 0) for d, size in enumerate(shape.dims))
+    extended = p.add(comp, "pad", ArrayShape(shape.dtype, grown), (flipped, p.zero(comp, shape.dtype)),
+                     padding=padding)
+    starts = [p.zero(comp, SIZE_TYPE)] * shape.rank
+    for d in moved:
+        starts[d] = p.add(comp, "subtract", ArrayShape(SIZE_TYPE, ()),
+                          (p.constant(comp, evaluate_dim(shape.dims[d], p.bounds), SIZE_TYPE),
+                           p.size(comp, shape.dims[d], instr)))
+    result = p.add(comp, "dynamic-slice", instr.shape, (extended, *starts), dynamic_slice_sizes=tuple(shape.dims))
+    comp.replace_instruction(instr, result)
+    return True
 
 
 def _gather(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
@@ -738,7 +780,7 @@ _HANDLERS: dict[str, Any] = {
     "dynamic-update-slice": _dynamic_update_slice,
     "reshape": _reshape,
     "sort": _along("dimensions"),
-    "reverse": _along("dimensions"),
+    "reverse": _reverse,
     "topk": _topk,
     "cholesky": _matrix_op,
     "triangular-solve": _matrix_op,
