@@ -95,6 +95,30 @@ def test_transformer_encoder_layer(seed):
     run_both(layer, torch.randn(2, 6, 32), rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_encoder_layer_fast_path_as_two_dimensional_products(seed, norm_first, tmp_path, monkeypatch):
+    """The eval fast path (_transformer_encoder_layer_fwd) with GELU, post- and pre-norm:
+    its four weight products are 2-D dots over the tokens (bias and activation then fuse
+    into them), and the values are eager PyTorch's."""
+    from pyxla.hlo import parse_module
+    from pyxla.torch.ops.registry import LOWERINGS
+
+    key = "_transformer_encoder_layer_fwd.default"
+    lowered = []
+    fast_path = LOWERINGS[key]
+    monkeypatch.setitem(LOWERINGS, key, lambda *a, **k: lowered.append(key) or fast_path(*a, **k))
+    monkeypatch.setenv("PYXLA_DUMP", str(tmp_path))
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True,
+                                       activation="gelu", norm_first=norm_first)
+    run_both(layer, torch.randn(3, 5, 32), rtol=1e-4, atol=2e-5)
+    assert lowered == [key]
+    (traced,) = tmp_path.glob("*/000.input.hlo")
+    module = parse_module(traced.read_text())
+    products = [i for c in module.computations for i in c.instructions if i.opcode == "dot"]
+    assert sorted(i.array_shape.dims for i in products if i.array_shape.rank == 2) == \
+        [(15, 32), (15, 32), (15, 64), (15, 96)]
+
+
 def test_lstm(seed):
     class Tagger(nn.Module):
         def __init__(self):

@@ -19,16 +19,17 @@ def _linear(x, w, b):
     return pnp.matmul(x, pnp.transpose(w)) + b
 
 
-def _self_attention(x, heads, qkv_w, qkv_b, proj_w, proj_b):
-    b, s, d = x.shape
-    hd = d // heads
+def _self_attention(x, batch, heads, qkv_w, qkv_b, proj_w, proj_b):
+    """x: [batch * sequence, d], rows as the sequences' tokens one after another."""
+    rows, d = x.shape
+    s, hd = rows // batch, d // heads
     qkv = _linear(x, qkv_w, qkv_b)
-    q, k, v = (pnp.transpose(pnp.reshape(lax.slice_in_dim(qkv, i * d, (i + 1) * d, axis=2), (b, s, heads, hd)),
+    q, k, v = (pnp.transpose(pnp.reshape(lax.slice_in_dim(qkv, i * d, (i + 1) * d, axis=1), (batch, s, heads, hd)),
                              (0, 2, 1, 3)) for i in range(3))
     scores = pnp.matmul(q, pnp.swapaxes(k, -1, -2)) * (1 / math.sqrt(hd))
     e = pnp.exp(scores - pnp.max(scores, axis=-1, keepdims=True))
     p = e / pnp.sum(e, axis=-1, keepdims=True)
-    out = pnp.reshape(pnp.transpose(pnp.matmul(p, v), (0, 2, 1, 3)), (b, s, d))
+    out = pnp.reshape(pnp.transpose(pnp.matmul(p, v), (0, 2, 1, 3)), (rows, d))
     return _linear(out, proj_w, proj_b)
 
 
@@ -42,9 +43,15 @@ def transformer_encoder_layer(ctx, src, embed_dim, num_heads, qkv_w, qkv_b, proj
         h = _linear(x, f1_w, f1_b)
         h = 0.5 * h * (1 + lax.erf(h * (1 / math.sqrt(2)))) if use_gelu else pnp.maximum(h, 0)
         return _linear(h, f2_w, f2_b)
-    x = src
+    # tokens as the rows of matrices: every product is a 2-D dot whose bias, activation and
+    # residual are elementwise on its own shape (the epilogue of its output fusion); in 3-D
+    # each product had been a reshaped 2-D dot with its bias added behind the reshape
+    batch, seq, d = src.shape
+    x = pnp.reshape(src, (batch * seq, d))
     if norm_first:
-        x = x + _self_attention(_layer_norm(x, n1_w, n1_b, eps), num_heads, qkv_w, qkv_b, proj_w, proj_b)
-        return x + feed_forward(_layer_norm(x, n2_w, n2_b, eps))
-    x = _layer_norm(x + _self_attention(x, num_heads, qkv_w, qkv_b, proj_w, proj_b), n1_w, n1_b, eps)
-    return _layer_norm(x + feed_forward(x), n2_w, n2_b, eps)
+        x = x + _self_attention(_layer_norm(x, n1_w, n1_b, eps), batch, num_heads, qkv_w, qkv_b, proj_w, proj_b)
+        x = x + feed_forward(_layer_norm(x, n2_w, n2_b, eps))
+    else:
+        x = _layer_norm(x + _self_attention(x, batch, num_heads, qkv_w, qkv_b, proj_w, proj_b), n1_w, n1_b, eps)
+        x = _layer_norm(x + feed_forward(x), n2_w, n2_b, eps)
+    return pnp.reshape(x, (batch, seq, d))
