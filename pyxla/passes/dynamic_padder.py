@@ -27,6 +27,7 @@ Rewrites, by opcode:
                                           input masked to 0 (what its own padding holds); a
                                           symbolic feature dimension masks the kernel too
   reverse along a symbolic dimension      a dynamic-slice moves the valid elements to the front
+  top-k along a symbolic dimension        padding set to what comes last in top-k's order
   scatter with symbolically many updates  the padding rows of the indices set out of bounds
                                           (scatter skips those windows)
   get-dimension-size                      the size computed from the size parameters
@@ -34,24 +35,26 @@ Rewrites, by opcode:
                                           the sizes threaded through the loop state, so the
                                           body and condition build masks like ENTRY
 Calls are inlined first. Unchanged: elementwise ops, broadcast, iota, transpose, reshapes
-that keep each symbolic dimension outermost of the dimensions it merges with or splits
-into, dot batch and free dimensions, a convolution's batch dimension, slices with static
-starts, gathers that do not index into a symbolic dimension, sort/reverse/top-k along
-static dimensions. Masking a reduction's padding with its init value assumes the init is
-the reducer's identity, as XLA's reduce semantics require.
+that keep each symbolic dimension outermost of the dimensions it merges with or splits into,
+dot batch and free dimensions, a convolution's batch dimension, slices with static starts,
+gathers that do not index into a symbolic dimension, sort along static dimensions. Masking a
+reduction's padding with its init value assumes the init is the reducer's identity, as XLA's
+reduce semantics require.
 
 Everything else with a symbolic dimension raises NotImplementedError naming the op, the
-instruction and the dimension: sort or top-k along a symbolic dimension, reshapes that merge
-a symbolic dimension as other than the outermost of its group, gather or scatter indexing
-into a symbolic operand dimension, convolution with a symbolic kernel window or with groups
-over symbolic features, sizes needed inside other called computations (conditional
-branches, ...), and opcodes the padder does not know (custom-call, fusion, ...).
+instruction and the dimension: sort along a symbolic dimension (its comparator is arbitrary
+code), top-k of pred along one, reshapes that merge a symbolic dimension as other than the
+outermost of its group, gather or scatter indexing into a symbolic operand dimension,
+convolution with a symbolic kernel window or with groups over symbolic features, sizes
+needed inside other called computations (conditional branches, ...), and opcodes the padder
+does not know (custom-call, fusion, ...).
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from math import prod
 from typing import Any
 
@@ -564,7 +567,7 @@ def _constant_ratio(a: Dim, b: Dim) -> bool:
     eb = b if isinstance(b, DimExpr) else DimExpr({(): b})
     if set(ea.terms) != set(eb.terms):
         return False
-    ratios = {ea.terms[m] * 1.0 / eb.terms[m] for m in ea.terms}
+    ratios = {Fraction(ea.terms[m], eb.terms[m]) for m in ea.terms}
     return len(ratios) <= 1
 
 
@@ -585,10 +588,27 @@ def _along(opcode_dims: str):
 
 
 def _topk(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
-    shape = instr.operands[0].array_shape
-    if _symbolic(shape.dims[-1]):
-        raise _refuse(instr, f"top-k along the symbolic dimension {shape.rank - 1} ({shape.dims[-1]}) is not supported")
-    return False
+    """Along a symbolic last dimension the padding is set to the value that comes last in the
+    total order top-k sorts by (-NaN with every payload bit for the largest k, +NaN for the
+    smallest; the extreme integers), and ties go to the lower, valid, index."""
+    x = instr.operands[0]
+    shape = x.array_shape
+    if not _symbolic(shape.dims[-1]):
+        return False
+    storage = np.dtype(shape.dtype.np_dtype)
+    largest = instr.attrs.get("largest", True)
+    if shape.dtype.is_float:
+        bits = np.dtype(f"u{storage.itemsize}")
+        ones = np.array(np.iinfo(bits).max, bits)
+        value = (ones if largest else ones >> np.array(1, bits)).view(storage)
+    elif shape.dtype.is_integral:
+        value = np.array(np.iinfo(storage).min if largest else np.iinfo(storage).max, storage)
+    else:
+        raise _refuse(instr, f"top-k of {shape.dtype} along the symbolic dimension {shape.rank - 1} is not supported")
+    fill = comp.add_instruction(HloInstruction(p.module.fresh_name("constant"), "constant",
+                                               ArrayShape(shape.dtype, ()), literal=np.array(value)))
+    _set_operand(instr, 0, p.masked(comp, x, [shape.rank - 1], fill, instr))
+    return True
 
 
 def _matrix_op(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:

@@ -305,6 +305,22 @@ def test_reverse_along_a_symbolic_dimension(rng):
           lambda x: (x[::-1, ::-1, ::-1], x[::-1, ::-1, ::-1][:1]), rng)
 
 
+def test_top_k_along_a_symbolic_dimension(rng):
+    s4 = DimExpr.symbol(Symbol("s", 4))
+    b = HloBuilder("topk")
+    x = b.parameter(arr(3, s4), "x")
+    best = b.op("topk", x, k=4, largest=True)
+    worst = b.op("topk", x, k=2, largest=False)
+    module = b.module(b.tuple(*(b.op("get-tuple-element", t, index=i) for t in (best, worst) for i in (0, 1))))
+
+    def reference(x):
+        down, up = np.argsort(-x, axis=1, kind="stable")[:, :4], np.argsort(x, axis=1, kind="stable")[:, :2]
+        return (np.take_along_axis(x, down, 1), down.astype(np.int32), np.take_along_axis(x, up, 1),
+                up.astype(np.int32))
+
+    check(module, {"s": 16}, [{"s": 4}, {"s": 9}, {"s": 16}], reference, rng)
+
+
 def test_gather_from_a_static_table_and_sort_along_a_static_dimension(rng):
     b = HloBuilder("lookup")
     table = b.parameter(arr(10, 4), "table")
