@@ -239,9 +239,133 @@ def _operands_first(root: HloInstruction) -> list[HloInstruction]:
     return order
 
 
+# --- strided views ------------------------------------------------------------------------------
+# Q, K and V usually arrive as transpose(reshape(projection)) (heads split from [batch, seq,
+# heads * dim]) and the output leaves as reshape(transpose(...)) (heads merged): copies of
+# the whole activations in separate kernels. A chain of these ops is a strided view of the
+# array beneath it (each dimension a stride, plus an offset for a slice), so the fusion takes
+# the chain in and the kernel reads and writes the buffers where they lie.
+VIEW_OPS = frozenset({"transpose", "reshape", "slice"})
+OUTPUT_VIEW_OPS = frozenset({"transpose", "reshape"})
+
+
+def layout_strides(shape: ArrayShape) -> list[int]:
+    """Element strides of each dimension of a buffer laid out as `shape`."""
+    strides = [0] * shape.rank
+    step = 1
+    for d in shape.minor_to_major:
+        strides[d] = step
+        step *= shape.dims[d]
+    return strides
+
+
+def _reshape_strides(old_dims, old_strides, new_dims) -> list[int] | None:
+    """Strides of a reshape of a strided array without a copy (NumPy's rule), or None."""
+    old = [(d, st) for d, st in zip(old_dims, old_strides) if d != 1]
+    new_strides = [0] * len(new_dims)
+    new_nonunit = [k for k, d in enumerate(new_dims) if d != 1]
+    oi = oj = 0
+    while oi < len(old) and oj < len(new_nonunit):
+        np_, op = new_dims[new_nonunit[oj]], old[oi][0]
+        oi2, oj2 = oi + 1, oj + 1
+        while np_ != op:
+            if np_ < op:
+                if oj2 >= len(new_nonunit):
+                    return None
+                np_ *= new_dims[new_nonunit[oj2]]
+                oj2 += 1
+            else:
+                if oi2 >= len(old):
+                    return None
+                op *= old[oi2][0]
+                oi2 += 1
+        for k in range(oi, oi2 - 1):     # the old dimensions merged must be contiguous
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        new_strides[new_nonunit[oj2 - 1]] = old[oi2 - 1][1]
+        for k in range(oj2 - 1, oj, -1):
+            new_strides[new_nonunit[k - 1]] = new_strides[new_nonunit[k]] * new_dims[new_nonunit[k]]
+        oi, oj = oi2, oj2
+    if oi != len(old) or oj != len(new_nonunit):
+        return None
+    return new_strides
+
+
+def view_through(op: HloInstruction, dims, strides, offset: int):
+    """(strides, offset) of `op`'s result when its operand is the strided view (dims,
+    strides, offset); None when it is not a view without a copy."""
+    if op.opcode == "transpose":
+        perm = op.attrs["dimensions"]
+        return [strides[p] for p in perm], offset
+    if op.opcode == "reshape":
+        new = _reshape_strides(dims, strides, op.shape.dims)
+        return (new, offset) if new is not None else None
+    if op.opcode == "slice":
+        spec = op.attrs["slice"]
+        offset += sum(sl.start * st for sl, st in zip(spec, strides))
+        return [st * sl.stride for sl, st in zip(spec, strides)], offset
+    return None
+
+
+def operand_view(value: HloInstruction, single_use: bool = False):
+    """(the array beneath, the chain of view ops from value down to it, strides, offset) for
+    the operand `value`: strides and offset of value's elements in the array's buffer. With
+    `single_use` the chain stops below an op that has other users."""
+    chain = []
+    while value.opcode in VIEW_OPS and _is_f32(value) and (not single_use or len(value.users) == 1):
+        chain.append(value)
+        value = value.operands[0]
+    while chain:
+        strides, offset = layout_strides(value.shape), 0
+        ok = True
+        for op in reversed(chain):
+            got = view_through(op, op.operands[0].shape.dims, strides, offset)
+            if got is None:
+                ok = False
+                break
+            strides, offset = got
+        if ok:
+            return value, list(reversed(chain)), strides, offset
+        value = chain.pop()     # the op nearest the array stays a buffer: try the rest
+    return value, [], layout_strides(value.shape), 0
+
+
+def output_view(dot: HloInstruction, root: HloInstruction) -> list[int] | None:
+    """Strides of `dot`'s elements in the buffer of `root`, a chain of transposes and
+    reshapes of dot; None when that is not a view."""
+    chain = []
+    value = root
+    while value is not dot:
+        if value.opcode not in OUTPUT_VIEW_OPS:
+            return None
+        chain.append(value)
+        value = value.operands[0]
+    strides, dims = layout_strides(root.shape), root.shape.dims
+    for op in chain:    # undo each op, from the root down
+        if op.opcode == "transpose":
+            perm = op.attrs["dimensions"]
+            inverse = [0] * len(perm)
+            for i, p_ in enumerate(perm):
+                inverse[p_] = i
+            strides = [strides[inverse[d]] for d in range(len(perm))]
+        else:
+            strides = _reshape_strides(dims, strides, op.operands[0].shape.dims)
+            if strides is None:
+                return None
+        dims = op.operands[0].shape.dims
+    return strides
+
+
+def output_dot_of(root: HloInstruction) -> HloInstruction:
+    """The output dot beneath an attention fusion's root (the root, or views of it)."""
+    while root.opcode in OUTPUT_VIEW_OPS:
+        root = root.operands[0]
+    return root
+
+
 def parts_of_fusion(comp: HloComputation) -> AttentionParts:
     """The pattern inside an attention fusion's computation (its root is the output dot)."""
-    parts = match_attention(comp.root)
+    parts = match_attention(output_dot_of(comp.root))
     if isinstance(parts, str):
         raise ValueError(f"{comp.name} is not an attention fusion: {parts}")
     return parts
@@ -291,17 +415,27 @@ def _fuse(module: HloModule, comp: HloComputation, parts: AttentionParts) -> Hlo
         mapping[id(op)] = fused.add_instruction(clone)
         return mapping[id(op)]
 
-    # Q, K, V first, so the kernel finds them at fixed parameter numbers.
+    # Q, K and V through the views that only they use (the kernel reads the arrays beneath).
     for op in (*parts.scores_dot.operands, parts.output_dot.operands[1]):
-        value(op)
-    fused.root = value(parts.output_dot)
+        if len(op.users) == 1:
+            _, chain, _, _ = operand_view(op, single_use=True)
+            for i in chain:
+                members.append(i)
+                inside.add(id(i))
+    top = parts.output_dot
+    while (len(top.users) == 1 and top.users[0].opcode in OUTPUT_VIEW_OPS and top is not comp.root
+           and output_view(parts.output_dot, top.users[0]) is not None):
+        top = top.users[0]
+        members.append(top)
+        inside.add(id(top))
+    fused.root = value(top)
     fused.sort_topologically()
-    fusion = HloInstruction(module.fresh_name("fusion"), "fusion", parts.output_dot.shape, operands,
+    fusion = HloInstruction(module.fresh_name("fusion"), "fusion", top.shape, operands,
                             {"kind": "kCustom", "calls": fused, "backend_config": ATTENTION_CONFIG})
     if "metadata" in parts.output_dot.attrs:
         fusion.attrs["metadata"] = parts.output_dot.attrs["metadata"]
     comp.add_instruction(fusion)
-    comp.replace_instruction(parts.output_dot, fusion)
+    comp.replace_instruction(top, fusion)
     for i in reversed(_operands_first_all(members)):
         if i.parent is comp and not i.users and i is not comp.root and i.opcode != "parameter":
             comp.remove_instruction(i)

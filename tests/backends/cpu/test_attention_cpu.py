@@ -100,3 +100,22 @@ def test_nan_and_infinite_scores_propagate_as_unfused(monkeypatch):
     assert np.isnan(fused[0, 0, 3]).all()
     ok = ~np.isnan(unfused)
     np.testing.assert_allclose(fused[ok], unfused[ok], **TOL)
+
+
+@pytest.mark.parametrize("seq", [16, 70])
+def test_projections_read_and_written_where_they_lie(seq, monkeypatch):
+    """The benchmark's attention: heads split from the projections and merged for the output
+    projection are views the kernel reads and writes through strides (no copies)."""
+    from benchmarks.frameworks.pyxla_impl import FUNCTIONS
+    from benchmarks.workloads import attention64
+    rng = np.random.default_rng()
+    d = 64
+    args = [rng.standard_normal((2, seq, d), np.float32)] + [
+        (rng.standard_normal((d, d)) * d ** -0.5).astype(np.float32) for _ in range(4)]
+    fused = _run(FUNCTIONS["attention"], args, True, monkeypatch)
+    text = pyxla.jit(FUNCTIONS["attention"]).lower(*args).compile().as_text()
+    assert "transpose" not in text.split("ENTRY")[1]     # no head split or merge copies left
+    unfused = _run(FUNCTIONS["attention"], args, False, monkeypatch)
+    want = attention64(*[a.astype(np.float64) for a in args])
+    np.testing.assert_allclose(fused, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fused, unfused, rtol=1e-4, atol=1e-4)

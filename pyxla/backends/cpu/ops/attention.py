@@ -40,9 +40,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 import numpy as np
 
-from ....fusion.attention import parts_of_fusion
+from ....fusion.attention import operand_view, output_view, parts_of_fusion
 from ....hlo.instruction import HloInstruction
-from ....hlo.shape import ArrayShape
 from ...llvm.fast_math import fast_unary
 from ...llvm.indices import delinearize
 from ...llvm.ir_types import F32, I32, I64, i64
@@ -58,16 +57,6 @@ MIN_BLOCK_QUERIES = 16
 TASKS_PER_THREAD = 4
 DEFAULT_L2_BYTES = 1 << 20
 NEG_INF = float("-inf")
-
-
-def _strides(shape: ArrayShape) -> list[int]:
-    """Element strides of each dimension of a buffer laid out as `shape`."""
-    strides = [0] * shape.rank
-    step = 1
-    for d in shape.minor_to_major:
-        strides[d] = step
-        step *= shape.dims[d]
-    return strides
 
 
 def _round_up(x: int, step: int) -> int:
@@ -156,8 +145,7 @@ def emit_attention(ke) -> None:
     nb = parts.batch_rank
     q_op, k_op = d1.operands
     v_op = d2.operands[1]
-    out_shape: ArrayShape = ke.instr.shape
-    batch_dims = out_shape.dims[:nb]
+    batch_dims = d2.shape.dims[:nb]
     batch = int(np.prod(batch_dims)) if nb else 1
     sq, sk = d1.shape.dims[nb], d1.shape.dims[nb + 1]
     q_contract, k_contract = d1.attrs["lhs_contracting_dims"][0], d1.attrs["rhs_contracting_dims"][0]
@@ -165,10 +153,11 @@ def emit_attention(ke) -> None:
     q_row = nb + 1 if q_contract == nb else nb
     k_row = nb + 1 if k_contract == nb else nb
     v_col = nb + 1 if v_contract == nb else nb
-    depth, dv = q_op.shape.dims[q_contract], out_shape.dims[nb + 1]
-    qs, ks, vs = _strides(q_op.shape), _strides(k_op.shape), _strides(v_op.shape)
-    q_ptr, k_ptr, v_ptr = (ke.operand_pointer(o) for o in (q_op, k_op, v_op))
-
+    depth, dv = q_op.shape.dims[q_contract], d2.shape.dims[nb + 1]
+    # each operand read where it lies: the array beneath its views, by strides from an offset
+    (q_src, _, qs, q_off), (k_src, _, ks, k_off), (v_src, _, vs, v_off) = (operand_view(o) for o in (q_op, k_op, v_op))
+    q_ptr, k_ptr, v_ptr = (ke.operand_pointer(o) for o in (q_src, k_src, v_src))
+    out_strides = output_view(d2, fused.root)
     pool = worker_pool()
     threads = pool.threads if pool is not None else 1
     bq, bk = block_sizes(batch, sq, sk, depth, dv, threads)
@@ -241,8 +230,9 @@ def emit_attention(ke) -> None:
                 off = b.add(off, b.mul(ix, i64(strides[d])))
             return off
 
-        q_base = b.add(base(qs), b.mul(q0, i64(qs[q_row])))
-        k_base, v_base = base(ks), base(vs)
+        q_base = b.add(b.add(base(qs), i64(q_off)), b.mul(q0, i64(qs[q_row])))
+        k_base, v_base = b.add(base(ks), i64(k_off)), b.add(base(vs), i64(v_off))
+        o_base = base(out_strides)
 
         def init_row(i):
             b.store(ir.Constant(F32, NEG_INF), f32_at(m_buf, i))
@@ -334,7 +324,8 @@ def emit_attention(ke) -> None:
 
             def one(j):
                 value = b.fdiv(ld(f32_at(acc, b.add(b.mul(i, i64(dvp)), j))), inv)
-                ke.store(ke.out_ptr, out_shape, tuple(bidx) + (q, j), value)
+                at_out = b.add(o_base, b.add(b.mul(q, i64(out_strides[nb])), b.mul(j, i64(out_strides[nb + 1]))))
+                b.store(value, f32_at(ke.out_ptr, at_out))
             counted_loop(b, i64(0), i64(dv), one)
         counted_loop(b, i64(0), rows, write, unrolled=False)
 
