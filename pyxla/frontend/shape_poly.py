@@ -52,6 +52,7 @@ def as_dim(value: Any) -> Dim:
 def broadcast_dims(*shapes: Sequence[Dim]) -> tuple[Dim, ...] | None:
     """NumPy's broadcast of `shapes` with symbolic sizes (a symbol is never 1: JAX's rule),
     or None when they do not broadcast."""
+    shapes = tuple(tuple(as_dim(d) for d in s) for s in shapes)   # NumPy integers as ints
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
     for i in range(rank):
