@@ -28,6 +28,7 @@ Rewrites, by opcode:
                                           symbolic feature dimension masks the kernel too
   reverse along a symbolic dimension      a dynamic-slice moves the valid elements to the front
   top-k along a symbolic dimension        padding set to what comes last in top-k's order
+  sort along a symbolic dimension         a leading key operand sorts the padding last
   scatter with symbolically many updates  the padding rows of the indices set out of bounds
                                           (scatter skips those windows)
   get-dimension-size                      the size computed from the size parameters
@@ -42,12 +43,11 @@ reduction's padding with its init value assumes the init is the reducer's identi
 reduce semantics require.
 
 Everything else with a symbolic dimension raises NotImplementedError naming the op, the
-instruction and the dimension: sort along a symbolic dimension (its comparator is arbitrary
-code), top-k of pred along one, reshapes that merge a symbolic dimension as other than the
-outermost of its group, gather or scatter indexing into a symbolic operand dimension,
-convolution with a symbolic kernel window or with groups over symbolic features, sizes
-needed inside other called computations (conditional branches, ...), and opcodes the padder
-does not know (custom-call, fusion, ...).
+instruction and the dimension: top-k of pred along a symbolic dimension, reshapes that merge
+a symbolic dimension as other than the outermost of its group, gather or scatter indexing
+into a symbolic operand dimension, convolution with a symbolic kernel window or with groups
+over symbolic features, sizes needed inside other called computations (conditional branches,
+...), and opcodes the padder does not know (custom-call, fusion, ...).
 """
 from __future__ import annotations
 
@@ -235,7 +235,7 @@ class _Padder:
             done.add(id(comp))
             self.rewrite(comp)
             queue.extend(callee for instr in comp.instructions for callee in instr.called_computations())
-        for comp in self.module.computations:
+        for comp in list(self.module.computations):
             if id(comp) not in done:
                 self.rewrite(comp)
 
@@ -573,18 +573,58 @@ def _constant_ratio(a: Dim, b: Dim) -> bool:
 
 # --- ops that look along a dimension ------------------------------------------------------------
 
-def _along(opcode_dims: str):
-    """Refuse when a dimension the op works along (its `dimensions` attribute) is symbolic."""
-    def handler(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
-        shape = instr.operands[0].array_shape
-        dims = instr.attrs.get(opcode_dims, ())
-        dims = dims if isinstance(dims, tuple) else (dims,)
-        for d in dims:
-            if _symbolic(shape.dims[d]):
-                raise _refuse(instr, f"{instr.opcode} along the symbolic dimension {d} ({shape.dims[d]}) is not "
-                                     "supported")
+def _sort(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    """Along a symbolic dimension, a leading key operand (1 in the padding, 0 elsewhere) sorts
+    the padding after every valid element; between valid elements the comparator decides, so
+    the valid elements end first, in the order the actual size gives them."""
+    (d,) = instr.attrs["dimensions"]
+    shape = instr.operands[0].array_shape
+    if not _symbolic(shape.dims[d]):
         return False
-    return handler
+    valid = p.valid(comp, shape, [d], instr)
+    assert valid is not None
+    key_shape = ArrayShape(SIZE_TYPE, shape.without_layout().dims)
+    key = p.add(comp, "select", key_shape,
+                (valid, *(p.add(comp, "broadcast", key_shape, (p.constant(comp, v, SIZE_TYPE),), dimensions=())
+                          for v in (0, 1))))
+    elements = [o.shape for o in instr.operands]
+    loop = p.add(comp, "sort", TupleShape((key_shape, *elements)), (key, *instr.operands),
+                 **{**instr.attrs, "to_apply": _padding_last(p, comp, instr.attrs["to_apply"])})
+    if isinstance(instr.shape, TupleShape):
+        result = p.add(comp, "tuple", instr.shape,
+                       [p.add(comp, "get-tuple-element", e, (loop,), index=k + 1) for k, e in enumerate(elements)])
+    else:
+        result = p.add(comp, "get-tuple-element", instr.shape, (loop,), index=1)
+    comp.replace_instruction(instr, result)
+    return True
+
+
+def _padding_last(p: _Padder, caller: HloComputation, comparator: HloComputation) -> HloComputation:
+    """`(key_l, key_r, *params) -> key_l < key_r if key_l != key_r else comparator(*params)`."""
+    module = p.module
+    new = HloComputation(module.fresh_name(f"{comparator.name}_padding_last"))
+    scalar, pred = ArrayShape(SIZE_TYPE, ()), ArrayShape(PRED, ())
+
+    def param(number: int, shape: Shape) -> HloInstruction:
+        return new.add_instruction(HloInstruction(module.fresh_name("p"), "parameter", shape,
+                                                  parameter_number=number))
+
+    left, right = param(0, scalar), param(1, scalar)
+    copies: dict[int, HloInstruction] = {}
+    for instr in comparator.post_order():
+        if instr.opcode == "parameter":
+            assert instr.parameter_number is not None
+            copies[id(instr)] = param(instr.parameter_number + 2, instr.shape)
+        else:
+            copies[id(instr)] = new.add_instruction(HloInstruction(
+                module.fresh_name(instr.opcode), instr.opcode, instr.shape, [copies[id(o)] for o in instr.operands],
+                dict(instr.attrs), literal=instr.literal))
+    assert comparator.root is not None
+    differ = p.add(new, "compare", pred, (left, right), direction="NE")
+    first = p.add(new, "compare", pred, (left, right), direction="LT")
+    new.root = p.add(new, "select", pred, (differ, first, copies[id(comparator.root)]))
+    module.computations.insert(module.computations.index(caller), new)
+    return new
 
 
 def _topk(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
@@ -799,7 +839,7 @@ _HANDLERS: dict[str, Any] = {
     "dynamic-slice": _dynamic_slice,
     "dynamic-update-slice": _dynamic_update_slice,
     "reshape": _reshape,
-    "sort": _along("dimensions"),
+    "sort": _sort,
     "reverse": _reverse,
     "topk": _topk,
     "cholesky": _matrix_op,

@@ -305,6 +305,37 @@ def test_reverse_along_a_symbolic_dimension(rng):
           lambda x: (x[::-1, ::-1, ::-1], x[::-1, ::-1, ::-1][:1]), rng)
 
 
+def test_sort_and_argsort_along_a_symbolic_dimension(rng):
+    less = HloBuilder("less")
+    p0, p1 = less.parameter(arr(), "p0"), less.parameter(arr(), "p1")
+    comparator = less.build(less.op("compare", p0, p1, direction="LT"))
+    by_key = HloBuilder("by_key")
+    k0, k1 = by_key.parameter(arr(), "k0"), by_key.parameter(arr(), "k1")
+    by_key.parameter(arr(dtype=S32), "i0")
+    by_key.parameter(arr(dtype=S32), "i1")
+    greater = by_key.build(by_key.op("compare", k0, k1, direction="GT"))
+    b = HloBuilder("sorts")
+    x = b.parameter(arr(3, B), "x")
+    y = b.parameter(arr(3, B), "y")
+    ordered = b.op("sort", x, dimensions=(1,), to_apply=comparator)
+    positions = b.op("iota", shape=arr(3, B, dtype=S32), iota_dimension=1)
+    pair = b.op("sort", y, positions, dimensions=(1,), to_apply=greater, is_stable=True)
+    module = b.module(b.tuple(ordered, b.op("get-tuple-element", pair, index=0),
+                              b.op("get-tuple-element", pair, index=1)))
+    padded = pad_to_bounds(module, {"b": 16})
+    executable = CpuBackend().compile(padded.module)
+    for n in (1, 6, 16):
+        x, y = rng.standard_normal((3, n)).astype(np.float32), rng.standard_normal((3, n)).astype(np.float32)
+        # padding that would sort first if it took part: -inf ascending, +inf descending
+        full_x, full_y = np.full((3, 16), -np.inf, np.float32), np.full((3, 16), np.inf, np.float32)
+        full_x[:, :n], full_y[:, :n] = x, y
+        got = executable(full_x, full_y, np.int32(n))
+        down = np.argsort(-y, axis=1, kind="stable")
+        np.testing.assert_array_equal(got[0][:, :n], np.sort(x, axis=1))
+        np.testing.assert_array_equal(got[1][:, :n], np.take_along_axis(y, down, 1))
+        np.testing.assert_array_equal(got[2][:, :n], down)
+
+
 def test_top_k_along_a_symbolic_dimension(rng):
     s4 = DimExpr.symbol(Symbol("s", 4))
     b = HloBuilder("topk")
@@ -377,16 +408,6 @@ def test_called_computations_are_inlined_and_get_the_sizes(rng):
 def _refused(module, pattern):
     with pytest.raises(NotImplementedError, match=pattern):
         pad_to_bounds(module, {"b": 8, "s": 8})
-
-
-def test_sort_along_a_symbolic_dimension_is_refused():
-    less = HloBuilder("less")
-    p0, p1 = less.parameter(arr(), "p0"), less.parameter(arr(), "p1")
-    comparator = less.build(less.op("compare", p0, p1, direction="LT"))
-    b = HloBuilder("f")
-    x = b.parameter(arr(3, B), "x")
-    _refused(b.module(b.op("sort", x, dimensions=(1,), to_apply=comparator, name="sorted")),
-             r"%sorted \(sort\).*sort along the symbolic dimension 1 \(b\)")
 
 
 def test_reshapes_that_interleave_padding_are_refused():
