@@ -6,13 +6,14 @@ For each workload and size, the same function is compiled twice: by `jit` for th
 argument's exact shape (static), and by `jit(polymorphic_shapes=...)` (dynamic: traced
 once, compiled for the size's power-of-two bucket, arguments copied into bucket-sized
 buffers, outputs sliced). Calls alternate between the two, back to back, and the table
-reports the median (and the minimum) of each and the ratio of the medians (dynamic /
-static; 1.0 = as fast). Results are
+reports the median (and the minimum) of each and their ratios (dynamic / static; 1.0 = as
+fast). On a busy machine the minimum is the steadier figure. Results are
 checked against each other first.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -98,12 +99,14 @@ def main(argv=None) -> None:
         rows.append((name, f"{dim}={size}", ", ".join(f"{k}<={v}" for k, v in bucket.items()),
                      statistics.median(t_static) * 1e3, min(t_static) * 1e3,
                      statistics.median(t_dynamic) * 1e3, min(t_dynamic) * 1e3))
-    print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}; median of "
-          f"{args.repeats} alternating calls")
-    print("| workload | size | bucket | static, ms: median (min) | dynamic, ms: median (min) | dynamic / static |")
+    print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}, "
+          f"{os.cpu_count()} CPUs; {args.repeats} alternating calls")
+    print("| workload | size | bucket | static, ms: median (min) | dynamic, ms: median (min) "
+          "| dynamic / static: medians (mins) |")
     print("|---|---|---|---|---|---|")
     for name, size, bucket, ts, ts_min, td, td_min in rows:
-        print(f"| {name} | {size} | {bucket} | {ts:.3f} ({ts_min:.3f}) | {td:.3f} ({td_min:.3f}) | {td / ts:.2f} |")
+        print(f"| {name} | {size} | {bucket} | {ts:.3f} ({ts_min:.3f}) | {td:.3f} ({td_min:.3f}) | "
+              f"{td / ts:.2f} ({td_min / ts_min:.2f}) |")
 
 
 if __name__ == "__main__":
