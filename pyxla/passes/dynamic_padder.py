@@ -29,8 +29,12 @@ Rewrites, by opcode:
   reverse along a symbolic dimension      a dynamic-slice moves the valid elements to the front
   top-k along a symbolic dimension        padding set to what comes last in top-k's order
   sort along a symbolic dimension         a leading key operand sorts the padding last
-  scatter with symbolically many updates  the padding rows of the indices set out of bounds
-                                          (scatter skips those windows)
+  gather indexing into a symbolic dimension
+                                          starts clamped to fit the actual size first
+  scatter with symbolically many updates, or into a symbolic dimension
+                                          the padding rows of the indices, and starts whose
+                                          window does not fit the actual size, set out of
+                                          bounds (scatter skips those windows)
   get-dimension-size                      the size computed from the size parameters
   while whose body or condition has symbolic shapes
                                           the sizes threaded through the loop state, so the
@@ -38,16 +42,16 @@ Rewrites, by opcode:
 Calls are inlined first. Unchanged: elementwise ops, broadcast, iota, transpose, reshapes
 that keep each symbolic dimension outermost of the dimensions it merges with or splits into,
 dot batch and free dimensions, a convolution's batch dimension, slices with static starts,
-gathers that do not index into a symbolic dimension, sort along static dimensions. Masking a
-reduction's padding with its init value assumes the init is the reducer's identity, as XLA's
-reduce semantics require.
+sort along static dimensions. Masking a reduction's padding with its init value assumes the
+init is the reducer's identity, as XLA's reduce semantics require.
 
 Everything else with a symbolic dimension raises NotImplementedError naming the op, the
 instruction and the dimension: top-k of pred along a symbolic dimension, reshapes that merge
-a symbolic dimension as other than the outermost of its group, gather or scatter indexing
-into a symbolic operand dimension, convolution with a symbolic kernel window or with groups
-over symbolic features, sizes needed inside other called computations (conditional branches,
-...), and opcodes the padder does not know (custom-call, fusion, ...).
+a symbolic dimension as other than the outermost of its group, gather with a symbolic slice
+size smaller than its dimension, scatter with indices too narrow to point out of bounds,
+convolution with a symbolic kernel window or with groups over symbolic features, sizes
+needed inside other called computations (conditional branches, ...), and opcodes the padder
+does not know (custom-call, fusion, ...).
 """
 from __future__ import annotations
 
@@ -714,39 +718,70 @@ def _reverse(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
     return True
 
 
+def _index_limits(p: _Padder, comp: HloComputation, instr: HloInstruction, indices: HloInstruction,
+                  index_map: tuple[int, ...], window: list[Dim], other: int) -> HloInstruction | None:
+    """An array shaped like `indices` holding, for each index component that addresses a
+    symbolic operand dimension d, the largest start whose window fits the actual size
+    (size(d) - window[d]), and `other` for the other components; None when no component
+    addresses a symbolic dimension."""
+    shape, ishape = instr.operands[0].array_shape, indices.array_shape
+    if not any(_symbolic(shape.dims[d]) for d in index_map):
+        return None
+    dtype, vector = ishape.dtype, instr.attrs["index_vector_dim"]
+    one = ArrayShape(dtype, (1,))
+    parts = [p.size(comp, shape.dims[d] - window[d], instr, dtype) if _symbolic(shape.dims[d])
+             else p.constant(comp, other, dtype) for d in index_map]
+    bounds_shape = ArrayShape(dtype, ishape.without_layout().dims)
+    if vector == ishape.rank:
+        return p.add(comp, "broadcast", bounds_shape, (parts[0],), dimensions=())
+    pieces = [p.add(comp, "reshape", one, (part,)) for part in parts]
+    vector_limits = p.add(comp, "concatenate", ArrayShape(dtype, (len(parts),)), pieces, dimensions=(0,))
+    return p.add(comp, "broadcast", bounds_shape, (vector_limits,), dimensions=(vector,))
+
+
 def _gather(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    """Gather clamps each start so its slice fits the operand: into a symbolic dimension, the
+    starts are first clamped to fit the actual size."""
     shape = instr.operands[0].array_shape
     sizes = instr.attrs["slice_sizes"]
-    for d in instr.attrs["start_index_map"]:
-        if _symbolic(shape.dims[d]):
-            raise _refuse(instr, f"gather indexing into the symbolic operand dimension {d} ({shape.dims[d]}) is not "
-                                 "supported")
     for d, (full, size) in enumerate(zip(shape.dims, sizes)):
         if _symbolic(size) and not full == size:
             raise _refuse(instr, f"gather with the symbolic slice size {size} in dimension {d} is not supported")
-    return False
+    indices = instr.operands[1]
+    largest = int(np.iinfo(indices.array_shape.dtype.np_dtype).max)
+    limits = _index_limits(p, comp, instr, indices, tuple(instr.attrs["start_index_map"]), list(sizes), largest)
+    if limits is None:
+        return False
+    _set_operand(instr, 1, p.add(comp, "minimum", limits.shape, (indices, limits)))
+    return True
 
 
 def _scatter(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
-    """Index rows in the padding of the indices would scatter unspecified updates: they are set
-    out of bounds (the type's largest value), and scatter skips an update window out of bounds."""
+    """Scatter skips an update window that does not fit the operand. Index rows in the padding
+    of the indices, and starts whose window does not fit a symbolic dimension's actual size,
+    are set out of bounds (the type's largest value), so they are skipped too."""
     n = (len(instr.operands) - 1) // 2
     shape = instr.operands[0].array_shape
-    for d in instr.attrs["scatter_dims_to_operand_dims"]:
-        if _symbolic(shape.dims[d]):
-            raise _refuse(instr, f"scatter indexing into the symbolic operand dimension {d} ({shape.dims[d]}) is "
-                                 "not supported")
-    indices = instr.operands[n]
+    indices, updates = instr.operands[n], instr.operands[n + 1].array_shape
     ishape = indices.array_shape
-    vector = instr.attrs["index_vector_dim"]
-    batch = [d for d in range(ishape.rank) if d != vector]
+    index_map = tuple(instr.attrs["scatter_dims_to_operand_dims"])
     largest = int(np.iinfo(ishape.dtype.np_dtype).max)
-    for d in instr.attrs["scatter_dims_to_operand_dims"]:
-        if largest < shape.dims[d]:
+    for d in index_map:
+        if largest < evaluate_dim(shape.dims[d], p.bounds):
             raise _refuse(instr, f"the indices' type {ishape.dtype} cannot hold an index out of bounds of operand "
-                                 f"dimension {d} ({shape.dims[d]}), which the padded index rows need")
+                                 f"dimension {d} ({shape.dims[d]}), which the padding needs")
     far = p.constant(comp, largest, ishape.dtype)
-    masked = p.masked(comp, indices, batch, far, instr)
+    vector = instr.attrs["index_vector_dim"]
+    masked = p.masked(comp, indices, [d for d in range(ishape.rank) if d != vector], far, instr)
+    dropped = set(instr.attrs.get("inserted_window_dims", ())) | set(instr.attrs.get("input_batching_dims", ()))
+    window: list[Dim] = [1] * shape.rank
+    for d, w in zip([d for d in range(shape.rank) if d not in dropped], instr.attrs["update_window_dims"]):
+        window[d] = updates.dims[w]
+    limits = _index_limits(p, comp, instr, indices, index_map, window, largest)
+    if limits is not None:
+        beyond = p.add(comp, "compare", ArrayShape(PRED, limits.array_shape.dims), (masked, limits), direction="GT")
+        masked = p.add(comp, "select", limits.shape,
+                       (beyond, p.add(comp, "broadcast", limits.shape, (far,), dimensions=()), masked))
     if masked is indices:
         return False
     _set_operand(instr, n, masked)

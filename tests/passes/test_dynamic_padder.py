@@ -12,7 +12,7 @@ from pyxla.hlo.attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowD
 from pyxla.hlo.builder import HloBuilder, scalar_computation
 from pyxla.hlo.dims import DimExpr, Symbol, evaluate_dim
 from pyxla.hlo.shape import ArrayShape, TupleShape
-from pyxla.hlo.types import F32, PRED, S32
+from pyxla.hlo.types import F32, PRED, S8, S32
 from pyxla.passes.dynamic_padder import pad_to_bounds, reshape_problem
 
 B = DimExpr.symbol(Symbol("b"))
@@ -438,13 +438,58 @@ def test_convolution_with_a_symbolic_kernel_dimension_is_refused():
     _refused(b.module(conv), r"%conv \(convolution\).*symbolic kernel dimension 2 \(b\)")
 
 
-def test_gather_into_a_symbolic_dimension_is_refused():
+def test_scatter_indices_too_narrow_for_out_of_bounds_are_refused():
     b = HloBuilder("f")
-    table = b.parameter(arr(B, 4), "table")
-    ids = b.parameter(arr(3, dtype=S32), "ids")
-    rows = b.op("gather", table, ids, offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,),
-                index_vector_dim=1, slice_sizes=(1, 4), name="rows")
-    _refused(b.module(rows), r"%rows \(gather\).*symbolic operand dimension 0 \(b\)")
+    table = b.parameter(arr(200, 4), "table")
+    ids = b.parameter(arr(B, dtype=S8), "ids")
+    rows = b.parameter(arr(B, 4), "rows")
+    added = b.op("scatter", table, ids, rows, update_window_dims=(1,), inserted_window_dims=(0,),
+                 scatter_dims_to_operand_dims=(0,), index_vector_dim=1, to_apply=ADD, name="added")
+    _refused(b.module(added), r"%added \(scatter\).*s8 cannot hold an index out of bounds of operand dimension 0")
+
+
+def test_gather_and_scatter_indexing_into_a_symbolic_dimension(rng):
+    b2 = DimExpr.symbol(Symbol("b", 2))   # windows of two rows need two rows
+    b = HloBuilder("index")
+    table = b.parameter(arr(b2, 4), "table")
+    ids = b.parameter(arr(S, dtype=S32), "ids")
+    rows = b.parameter(arr(S, 4), "rows")
+    picked = b.op("gather", table, ids, offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,),
+                  index_vector_dim=1, slice_sizes=(1, 4))
+    pairs = b.op("gather", table, ids, offset_dims=(1, 2), collapsed_slice_dims=(), start_index_map=(0,),
+                 index_vector_dim=1, slice_sizes=(2, 4))   # windows of two rows, clamped to fit
+    added = b.op("scatter", table, ids, rows, update_window_dims=(1,), inserted_window_dims=(0,),
+                 scatter_dims_to_operand_dims=(0,), index_vector_dim=1, to_apply=ADD)
+    blocks = b.parameter(arr(S, 2, 4), "blocks")
+    added_pairs = b.op("scatter", table, ids, blocks, update_window_dims=(1, 2), inserted_window_dims=(),
+                       scatter_dims_to_operand_dims=(0,), index_vector_dim=1, to_apply=ADD)
+    module = b.module(b.tuple(picked, pairs, added, added_pairs))
+    padded = pad_to_bounds(module, {"b": 16, "s": 8})
+    executable = CpuBackend().compile(padded.module)
+    for n, m in ((2, 8), (9, 3), (16, 5)):
+        table_v = rng.standard_normal((n, 4)).astype(np.float32)
+        rows_v = rng.standard_normal((m, 4)).astype(np.float32)
+        ids_v = rng.integers(-2, n + 3, m).astype(np.int32)   # some beyond the actual rows
+        full_table = np.full((16, 4), np.nan, np.float32)
+        full_table[:n] = table_v
+        full_ids, full_rows = np.full(8, 1, np.int32), np.full((8, 4), np.nan, np.float32)
+        full_ids[:m], full_rows[:m] = ids_v, rows_v
+        blocks_v = rng.standard_normal((m, 2, 4)).astype(np.float32)
+        full_blocks = np.full((8, 2, 4), np.nan, np.float32)
+        full_blocks[:m] = blocks_v
+        got = executable(full_table, full_ids, full_rows, full_blocks, np.int32(n), np.int32(m))
+        want_pairs = table_v.astype(np.float64)
+        for i, block in zip(ids_v, blocks_v):
+            if 0 <= i <= n - 2:   # a window that does not fit is skipped
+                want_pairs[i:i + 2] += block
+        starts = np.clip(ids_v, 0, n - 2)
+        want_added = table_v.astype(np.float64)
+        inside = (ids_v >= 0) & (ids_v < n)
+        np.add.at(want_added, ids_v[inside], rows_v[inside])
+        np.testing.assert_array_equal(got[0][:m], table_v[np.clip(ids_v, 0, n - 1)], err_msg=f"b={n}")
+        np.testing.assert_array_equal(got[1][:m], np.stack([table_v[i:i + 2] for i in starts]))
+        np.testing.assert_allclose(got[2][:n], want_added, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got[3][:n], want_pairs, rtol=1e-5, atol=1e-5)
 
 
 def test_loops_get_the_sizes_through_their_state(rng):
