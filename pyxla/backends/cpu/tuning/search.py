@@ -133,8 +133,12 @@ def effective(kernel: Kernel, p: Params) -> Params:
         return replace(p, positions=p.positions or (strips[0] if len(strips) == 1 else None))
     if route_label(p, kernel) != "tiles":
         return p
+    from ..conv.tile_plan import PANEL_TILE_POSITIONS, TILE_POSITIONS
+    vector_bytes = host_jit().vector_bytes
+    sizes = set(TILE_POSITIONS[vector_bytes] + PANEL_TILE_POSITIONS[vector_bytes])
     return replace(p, prefetch_rows=KERNEL_PREFETCH_ROWS if p.prefetch_rows is None else p.prefetch_rows,
-                   block_bytes=p.block_bytes or BLOCK_BYTES, unroll=p.unroll or UNROLL)
+                   block_bytes=p.block_bytes or BLOCK_BYTES, unroll=p.unroll or UNROLL,
+                   positions=p.positions or (sizes.pop() if len(sizes) == 1 else None))
 
 
 def check(reference: list[np.ndarray], outputs: list[np.ndarray], bound: float) -> tuple[bool, float]:

@@ -69,15 +69,19 @@ class Report:
             new_text = f"{r['route']} {describe(from_json(r['params']))}"
             state = "changed" if new_text != old_text else "kept"
             lines.append(f"  {state}: {r['kernel']}")
-            lines.append(f"    {old_text} -> {new_text}; program {r['default_seconds'] * 1e3:.3f} ms with the "
-                         f"defaults, {r['seconds'] * 1e3:.3f} ms tuned")
+            lines.append(f"    {old_text} -> {new_text}; program {_time(r['default_seconds'])} with the "
+                         f"defaults, {_time(r['seconds'])} tuned")
         for u in self.unconfirmed:
             lines.append(f"  not confirmed against the defaults, defaults kept: {describe(from_json(u['params']))} "
-                         f"for {u['kernel']} ({u['seconds'] * 1e3:.3f} against {u['default_seconds'] * 1e3:.3f} ms)")
+                         f"for {u['kernel']} ({_time(u['seconds'])} against {_time(u['default_seconds'])})")
         for d in self.discarded:
             lines.append(f"  discarded ({d['status']}): {d['route']} {describe(from_json(d['params']))} for "
                          f"{d['kernel']}: {d['reason']}")
         return "\n".join(lines)
+
+
+def _time(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.2f} us"
 
 
 def tune_text(text: str, name: str, budget: float = DEFAULT_BUDGET, show_progress: bool = True) -> Report:
