@@ -15,13 +15,19 @@ torch backend's decomposed attention all produce this stable softmax):
     l = reduce(e, 0), add              over the last dimension
     out = dot(e / broadcast(l), V)     contracting the keys: [B.., Sq, Dv]
 
+Also taken, as torch.compile's decomposition of scaled_dot_product_attention writes it: the
+products over a flattened batch (reshape(dot(...)) into the scores, dot(reshape(P), ...)),
+and between P and the product a select(broadcast(all(x == -inf) per row), 0, P) that makes
+fully masked rows 0 rather than NaN (torch's semantics; the kernel keeps them).
+
 Every intermediate must be used only inside the pattern (otherwise the scores would have to
 reach memory anyway). The match becomes `fusion(Q, K, V, side inputs...), kind=kCustom,
 backend_config=ATTENTION_CONFIG` whose fused computation holds the original instructions,
 so the evaluator (and any backend without an attention kernel) computes exactly what the
 unfused program meant; the CPU backend's kernel (backends/cpu/ops/attention.py) computes
 the same function by key blocks. Semantics kept there: a row whose scores are all -inf
-(fully masked) is NaN, as exp(-inf - -inf) makes it in the unfused graph.
+(fully masked) is NaN, as exp(-inf - -inf) makes it in the unfused graph (0 under torch's
+select).
 
 Runs after the optimisation passes and before instruction fusion, so the pieces are still
 plain instructions. `PYXLA_DEBUG=fusion` logs each match and each near miss's reason;
@@ -62,15 +68,15 @@ class AttentionParts:
     row_sum: HloInstruction
     probabilities: HloInstruction
     output_dot: HloInstruction    # dot(P, V)
-
-    @property
-    def batch_rank(self) -> int:
-        return len(self.output_dot.attrs.get("lhs_batch_dims", ()))
+    between: list                 # ops from P to output_dot: a select zeroing fully masked rows
+                                  # (and what computes its predicate), a reshape merging batch dims
+    zero_masked_rows: bool        # rows whose scores are all -inf give 0 (the select), not NaN
 
     def members(self) -> list[HloInstruction]:
         """Every instruction the fusion holds besides its side inputs' broadcasts."""
         ops = [self.scores_dot, *self.chain, self.row_max, self.row_max.operands[1], self.exp.operands[0],
-               self.exp, self.row_sum, self.row_sum.operands[1], self.probabilities, self.output_dot]
+               self.exp, self.row_sum, self.row_sum.operands[1], self.probabilities, *self.between,
+               self.output_dot]
         ops += [self.exp.operands[0].operands[1], self.probabilities.operands[1]]   # the broadcasts of m, l
         return list({id(i): i for i in ops}.values())
 
@@ -128,11 +134,24 @@ def match_attention(output_dot: HloInstruction) -> AttentionParts | str:
     d2 = output_dot
     if d2.opcode != "dot" or not _is_f32(d2):
         return "not an f32 dot"
-    nb = len(d2.attrs.get("lhs_batch_dims", ()))
-    if not _batch_dot(d2, nb) or tuple(d2.attrs["lhs_contracting_dims"]) != (nb + 1,):
+    nb2 = len(d2.attrs.get("lhs_batch_dims", ()))
+    if not _batch_dot(d2, nb2) or tuple(d2.attrs["lhs_contracting_dims"]) != (nb2 + 1,):
         return "not a batched product contracting P's last dimension"
     p = d2.operands[0]
-    rank = nb + 2
+    between: list = []
+    if p.opcode == "reshape" and _merges_batch(p):
+        between.append(p)
+        p = p.operands[0]
+    zero_rows = False
+    if p.opcode == "select":
+        found = _zeroing_select(p)
+        if isinstance(found, str):
+            return found
+        between += found
+        zero_rows = True
+        p = p.operands[2]
+    rank = p.shape.rank
+    nb = rank - 2
     rows = p.shape.dims[:-1]
     if p.opcode != "divide" or not _is_row_broadcast(p.operands[1], rank):
         return "P is not e / broadcast(sum)"
@@ -155,7 +174,12 @@ def match_attention(output_dot: HloInstruction) -> AttentionParts | str:
     if isinstance(found, str):
         return found
     d1, chain = found
-    parts = AttentionParts(d1, x, chain, row_max, e, row_sum, p, d2)
+    if zero_rows:
+        row_pred = between[-1]
+        if not _all_minus_inf(row_pred, x):
+            return "the select after the softmax is not of rows whose scores are all -inf"
+        between += predicate_ops(row_pred, x)
+    parts = AttentionParts(d1, x, chain, row_max, e, row_sum, p, d2, between, zero_rows)
     inside = {id(i) for i in parts.members()}
     for i in parts.members():
         if i is d2 or i.opcode == "constant":
@@ -181,6 +205,13 @@ def _score_chain(x: HloInstruction, nb: int) -> tuple[HloInstruction, list] | st
             dots[id(i)] = i
             seen[id(i)] = True
             return True
+        if i.opcode == "reshape" and i.shape.dims == dims and _merges_batch(i, split=True):
+            d = i.operands[0]
+            if d.opcode == "dot" and _is_f32(d) and _batch_dot(d, d.shape.rank - 2):
+                dots[id(d)] = d
+                on_path[id(i)] = i
+                seen[id(i)] = True
+                return True
         result = False
         if isinstance(i.shape, ArrayShape) and i.shape.dims == dims and i.opcode not in ("parameter", "constant") \
                 and op_def(i.opcode).fusion_kind == "elementwise":
@@ -204,10 +235,86 @@ def _score_chain(x: HloInstruction, nb: int) -> tuple[HloInstruction, list] | st
     return d1, chain
 
 
+def _merges_batch(r: HloInstruction, split: bool = False) -> bool:
+    """Whether reshape `r` only merges (or, with split, splits) the leading batch dimensions,
+    keeping the last two: the same elements in the same order per matrix."""
+    a, b_ = (r.operands[0].shape, r.shape) if not split else (r.shape, r.operands[0].shape)
+    return (a.rank >= 2 and b_.rank >= 2 and a.dims[-2:] == b_.dims[-2:] and a.is_row_major and b_.is_row_major
+            and int(np.prod(a.dims)) == int(np.prod(b_.dims)))
+
+
+def _is_constant(i: HloInstruction, value: float) -> bool:
+    while i.opcode == "broadcast":
+        i = i.operands[0]
+    return _scalar_constant(i) == value
+
+
+def _zeroing_select(sel: HloInstruction) -> list | str:
+    """select(broadcast(rows), 0, P): the ops it holds (the select, its broadcasts and
+    constants, the row predicate's ops), or why it is not that form. Whether the predicate
+    is "all scores of the row are -inf" is checked by _all_minus_inf."""
+    pred, zero, _ = sel.operands
+    if pred.opcode != "broadcast" or not _is_row_broadcast(pred, sel.shape.rank) or not _is_constant(zero, 0.0):
+        return "a select after the softmax other than one zeroing whole rows"
+    ops = [sel, pred, zero] + ([zero.operands[0]] if zero.opcode == "broadcast" else [])
+    return ops + [pred.operands[0]]
+
+
+def _all_minus_inf(row_pred: HloInstruction, x: HloInstruction) -> bool:
+    """Whether pred-typed `row_pred` is, for each row, "every element of x is -inf" (torch's
+    decomposition: not(reduce-or(compare(convert(not(x == -inf)), 0, NE)))); the ops it
+    reads are the fusion's too (predicate_ops)."""
+    def polarity(i: HloInstruction) -> bool | None:
+        """For an elementwise pred (or integer 0/1) i of x's shape: True if i is x == -inf,
+        False if i is its negation, None otherwise."""
+        if i.opcode == "not":
+            inner = polarity(i.operands[0])
+            return None if inner is None else not inner
+        if i.opcode == "convert":
+            return polarity(i.operands[0])
+        if i.opcode == "compare":
+            a, c = i.operands
+            direction = i.attrs.get("direction")
+            if a is x and _is_constant(c, float("-inf")) and direction in ("EQ", "NE"):
+                return direction == "EQ"
+            if _is_constant(c, 0.0) and direction in ("EQ", "NE"):
+                inner = polarity(a)
+                return None if inner is None else (inner if direction == "NE" else not inner)
+        return None
+
+    flip = False
+    while row_pred.opcode == "not":
+        flip, row_pred = not flip, row_pred.operands[0]
+    if row_pred.opcode != "reduce" or len(row_pred.operands) != 2 or \
+            tuple(row_pred.attrs["dimensions"]) != (x.shape.rank - 1,):
+        return False
+    kind = "or" if _reducer_is(row_pred, "or") else "and" if _reducer_is(row_pred, "and") else None
+    inner = polarity(row_pred.operands[0])
+    if kind is None or inner is None:
+        return False
+    # all(x == -inf) = and(x == -inf) = not(or(x != -inf))
+    return (kind == "and" and inner and not flip) or (kind == "or" and not inner and flip)
+
+
+def predicate_ops(row_pred: HloInstruction, x: HloInstruction) -> list[HloInstruction]:
+    """The ops between x and a row predicate (for the fusion's members)."""
+    found: list[HloInstruction] = []
+    stack = [row_pred]
+    while stack:
+        i = stack.pop()
+        if i is x or any(i is f for f in found):
+            continue
+        found.append(i)
+        stack.extend(i.operands)
+    return found
+
+
 def _chain_op_refused(i: HloInstruction, on_path: dict) -> str | None:
     """Ops allowed between Q K^T and the softmax: a scale (multiply or divide by a scalar
     broadcast), an additive mask or bias (add, subtract), select(mask, ...), convert."""
     if i.opcode == "convert" or i.opcode == "select" and id(i.operands[0]) not in on_path:
+        return None
+    if i.opcode == "reshape":     # of the dot, splitting a flattened batch (_score_chain checked)
         return None
     if i.opcode in ("add", "subtract"):
         return None

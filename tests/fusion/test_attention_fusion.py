@@ -119,20 +119,28 @@ def test_onnx_import_form_is_fused(causal):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="torch.compile decomposes scaled_dot_product_attention itself: products "
-                   "over a flattened batch between reshapes, an additive -inf mask and a select that zeroes "
-                   "fully masked rows after the softmax; the pass does not match that form yet")
-def test_torch_sdpa_lowering_is_fused(monkeypatch, capfd):
+@pytest.mark.parametrize("mask", ["causal", "boolean"])
+def test_torch_sdpa_lowering_is_fused(mask, monkeypatch, capfd):
+    """torch.compile decomposes scaled_dot_product_attention itself: Q and K each scaled,
+    products over a flattened batch between reshapes, an additive -inf mask, and a select
+    that makes rows whose scores are all -inf zero after the softmax (torch's semantics,
+    kept by the kernel)."""
     torch = pytest.importorskip("torch")
     import pyxla.torch  # noqa: F401  (registers the backend)
     monkeypatch.setenv("PYXLA_DEBUG", "fusion")
     q, k, v = (torch.randn(2, 3, 12, 8) for _ in range(3))
+    keep = torch.tril(torch.ones(12, 12, dtype=torch.bool), -1)    # row 0 keeps nothing
 
     def f(q, k, v):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if mask == "causal":
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
 
     got = torch.compile(f, backend="pyxla")(q, k, v)
-    torch.testing.assert_close(got, f(q, k, v), rtol=1e-4, atol=1e-5)
+    want = f(q, k, v)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    if mask == "boolean":
+        assert (got[:, :, 0] == 0).all()
     assert capfd.readouterr().err.count("pyxla attention fusion: %fusion") == 1
 
 

@@ -142,16 +142,20 @@ def emit_attention(ke) -> None:
     b = ke.b
     e = ke.e
     d1, d2 = parts.scores_dot, parts.output_dot
-    nb = parts.batch_rank
+    # batch ranks: of Q K^T, of P V and of the scores (torch's decomposition multiplies over
+    # a flattened batch, reshaped to [batch, heads] around the softmax); each flattens to the
+    # same number of matrices
+    nb1, nb = len(d1.attrs.get("lhs_batch_dims", ())), len(d2.attrs.get("lhs_batch_dims", ()))
+    nbs = parts.scores.shape.rank - 2
     q_op, k_op = d1.operands
     v_op = d2.operands[1]
     batch_dims = d2.shape.dims[:nb]
     batch = int(np.prod(batch_dims)) if nb else 1
-    sq, sk = d1.shape.dims[nb], d1.shape.dims[nb + 1]
+    sq, sk = d1.shape.dims[nb1], d1.shape.dims[nb1 + 1]
     q_contract, k_contract = d1.attrs["lhs_contracting_dims"][0], d1.attrs["rhs_contracting_dims"][0]
     v_contract = d2.attrs["rhs_contracting_dims"][0]
-    q_row = nb + 1 if q_contract == nb else nb
-    k_row = nb + 1 if k_contract == nb else nb
+    q_row = nb1 + 1 if q_contract == nb1 else nb1
+    k_row = nb1 + 1 if k_contract == nb1 else nb1
     v_col = nb + 1 if v_contract == nb else nb
     depth, dv = q_op.shape.dims[q_contract], d2.shape.dims[nb + 1]
     # each operand read where it lies: the array beneath its views, by strides from an offset
@@ -165,7 +169,7 @@ def emit_attention(ke) -> None:
     dvp = _round_up(dv, lanes)           # accumulator rows padded to whole vectors
     nq, nk = -(-sq // bq), -(-sk // bk)
     tail = sk - (nk - 1) * bk            # keys in the last key block
-    kept = _constant_mask(parts, nb, ke.instr.operands)
+    kept = _constant_mask(parts, nbs, ke.instr.operands)
     table = _block_table(kept, sq, sk, bq, bk)
     items = batch * nq
     work = batch * sq * sk * (depth + dv)
@@ -220,19 +224,21 @@ def emit_attention(ke) -> None:
         bi = b.udiv(item, i64(nq))
         qb = b.urem(item, i64(nq))
         bidx = delinearize(b, bi, batch_dims, tuple(reversed(range(nb)))) if nb else ()
+        bidx1 = delinearize(b, bi, d1.shape.dims[:nb1], tuple(reversed(range(nb1)))) if nb1 else ()
+        bidxs = delinearize(b, bi, parts.scores.shape.dims[:nbs], tuple(reversed(range(nbs)))) if nbs else ()
         q0 = b.mul(qb, i64(bq))
         rows = b.sub(i64(sq), q0)
         rows = b.select(b.icmp_unsigned("<", rows, i64(bq)), rows, i64(bq))
 
-        def base(strides):
+        def base(strides, index):
             off = i64(0)
-            for d, ix in enumerate(bidx):
+            for d, ix in enumerate(index):
                 off = b.add(off, b.mul(ix, i64(strides[d])))
             return off
 
-        q_base = b.add(b.add(base(qs), i64(q_off)), b.mul(q0, i64(qs[q_row])))
-        k_base, v_base = b.add(base(ks), i64(k_off)), b.add(base(vs), i64(v_off))
-        o_base = base(out_strides)
+        q_base = b.add(b.add(base(qs, bidx1), i64(q_off)), b.mul(q0, i64(qs[q_row])))
+        k_base, v_base = b.add(base(ks, bidx1), i64(k_off)), b.add(base(vs, bidx), i64(v_off))
+        o_base = base(out_strides, bidx)
 
         def init_row(i):
             b.store(ir.Constant(F32, NEG_INF), f32_at(m_buf, i))
@@ -253,12 +259,12 @@ def emit_attention(ke) -> None:
                 srow = b.mul(i, i64(bk))
 
                 def read_scores(index):
-                    return ld(f32_at(s_buf, b.add(srow, b.sub(index[nb + 1], k0))))
+                    return ld(f32_at(s_buf, b.add(srow, b.sub(index[nb1 + 1], k0))))
 
                 def score(j):
                     e.push_scope()
                     e.buffer_reads[id(d1)] = read_scores
-                    x = e.value(parts.scores, tuple(bidx) + (q, b.add(k0, j)))
+                    x = e.value(parts.scores, tuple(bidxs) + (q, b.add(k0, j)))
                     del e.buffer_reads[id(d1)]
                     e.pop_scope()
                     b.store(x, f32_at(s_buf, b.add(srow, j)))
@@ -321,9 +327,14 @@ def emit_attention(ke) -> None:
         def write(i):
             inv = ld(f32_at(l_buf, i))
             q = b.add(q0, i)
+            # l == 0 exactly when every score of the row is -inf (any finite score adds
+            # exp(0) = 1, a NaN makes l NaN)
+            masked = b.fcmp_ordered("==", inv, ir.Constant(F32, 0.0))
 
             def one(j):
                 value = b.fdiv(ld(f32_at(acc, b.add(b.mul(i, i64(dvp)), j))), inv)
+                if parts.zero_masked_rows:   # the graph's select: rows of -inf scores are 0
+                    value = b.select(masked, ir.Constant(F32, 0.0), value)
                 at_out = b.add(o_base, b.add(b.mul(q, i64(out_strides[nb])), b.mul(j, i64(out_strides[nb + 1]))))
                 b.store(value, f32_at(ke.out_ptr, at_out))
             counted_loop(b, i64(0), i64(dv), one)
