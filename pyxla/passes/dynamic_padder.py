@@ -538,7 +538,7 @@ def _dynamic_update_slice(p: _Padder, comp: HloComputation, instr: HloInstructio
 def _reshape(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
     problem = reshape_problem(instr.operands[0].array_shape.dims, instr.array_shape.dims)
     if problem:
-        raise _refuse(instr, f"reshape {instr.operands[0].shape.to_text(False)} -> {instr.shape.to_text(False)}: "
+        raise _refuse(instr, f"reshape {describe_shape(instr.operands[0].shape)} -> {describe_shape(instr.shape)}: "
                              f"{problem}")
     return False
 
