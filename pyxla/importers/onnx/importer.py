@@ -24,6 +24,7 @@ from ...frontend.tracing import Tracer
 from . import ops  # noqa: F401  (registers every converter)
 from .model_file import tensor_to_array
 from .registry import DEFAULT_DOMAIN, NeedsKnownValue, NodeContext, OnnxImportError, find_converter, is_known
+from .symbolic_sizes import PASS_THROUGH, as_traced, is_sizes, size_arithmetic
 
 DOMAIN_ALIASES = {"ai.onnx": DEFAULT_DOMAIN}
 
@@ -276,6 +277,15 @@ class GraphImporter:
     def _convert(self, step: NodeStep, values: list[Any], scope: Mapping[str, Any]) -> list[Any]:
         from ... import numpy as pnp
 
+        if any(is_sizes(v) for v in values):
+            # sizes computed from symbolic dimensions (dynamic=True): see symbolic_sizes.py
+            op_type = step.node.op_type
+            attrs = {k: v for k, v in step.attrs.items()}
+            done = size_arithmetic(op_type, attrs, values) if step.domain == DEFAULT_DOMAIN else None
+            if done is not None:
+                return [done]
+            if op_type not in PASS_THROUGH or step.domain != DEFAULT_DOMAIN:
+                values = [as_traced(v) if is_sizes(v) else v for v in values]
         known = all(v is None or is_known(v) for v in values)
         ctx = NodeContext(name=step.label, op_type=step.node.op_type, domain=step.domain, opset=step.opset,
                           attrs=step.attrs, input_names=step.inputs, output_names=step.outputs,

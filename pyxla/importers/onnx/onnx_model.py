@@ -41,6 +41,7 @@ from ...runtime.memory import aligned_copy
 from .importer import GraphImporter
 from .model_file import tensor_to_array
 from .registry import NeedsKnownValue, OnnxImportError
+from .symbolic_sizes import as_traced, is_sizes
 
 # Constants with at least this many elements become parameters of the executable. On
 # ResNet-50, embedding every weight as a constant made compilation slower (every pass that
@@ -220,8 +221,10 @@ class OnnxModel:
                                       "value a converter needs must be computable from the weights alone)") from None
             results: list[Tracer] = []
             for name in self.output_names:
-                outputs[name] = _output_layout(self.importer.lookup(scope, name, "graph output"), results,
-                                               f"graph output {name!r}")
+                value = self.importer.lookup(scope, name, "graph output")
+                if is_sizes(value):   # sizes computed from symbolic dimensions: read at run time
+                    value = as_traced(value)
+                outputs[name] = _output_layout(value, results, f"graph output {name!r}")
             return tuple(results)
 
         graph_fn.__name__ = _identifier(self.proto.graph.name or "onnx_graph")

@@ -130,3 +130,55 @@ def test_shape_of_a_symbolic_dimension_is_computed_at_run_time():
         np.testing.assert_array_equal(out["s"], [n, 3])
         np.testing.assert_allclose(out["mean"], x.astype(np.float64).mean(0), rtol=1e-5, atol=1e-6)
     assert loaded.polymorphic.compile_count == 1
+
+
+def test_reshape_targets_computed_from_symbolic_shapes(capsys, monkeypatch):
+    """The `Shape -> Gather -> Unsqueeze -> Concat -> Reshape` chain exporters write for
+    multi-head attention, with batch and sequence length both symbolic."""
+    rng = np.random.default_rng(4)
+    d = 16
+    w = rng.standard_normal((d, d)).astype(np.float32)
+
+    def i64(*v):
+        return np.asarray(v, np.int64)
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Shape", ["h"], ["shp"]),
+        helper.make_node("Gather", ["shp", "i0"], ["b"], axis=0),
+        helper.make_node("Gather", ["shp", "i1"], ["s"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+        helper.make_node("Unsqueeze", ["s", "ax0"], ["s1"]),
+        helper.make_node("Concat", ["b1", "s1", "heads", "dh"], ["t4"], axis=0),
+        helper.make_node("Reshape", ["h", "t4"], ["h4"]),                        # (b, s, 4, 4)
+        helper.make_node("Transpose", ["h4"], ["q"], perm=[0, 2, 1, 3]),         # (b, 4, s, 4)
+        helper.make_node("Transpose", ["q"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "q"], ["o4"]),
+        helper.make_node("Transpose", ["o4"], ["o4t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Mul", ["s1", "one"], ["s1b"]),                          # arithmetic on a size
+        helper.make_node("Concat", ["b1", "s1b", "minus_one"], ["t3"], axis=0),
+        helper.make_node("Reshape", ["o4t", "t3"], ["y"]),                        # (b, s, 16)
+        helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),            # a size as a value
+        helper.make_node("Div", ["y", "sf"], ["out"]),
+    ]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])],
+                   [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "seq", d]),
+                    helper.make_tensor_value_info("shp", TensorProto.INT64, [3])],
+                   [("w", w), ("i0", np.asarray(0, np.int64)), ("i1", np.asarray(1, np.int64)), ("ax0", i64(0)),
+                    ("heads", i64(4)), ("dh", i64(4)), ("minus_one", i64(-1)), ("one", i64(1))])
+    monkeypatch.setenv("PYXLA_LOG_COMPILES", "1")
+    capsys.readouterr()
+    loaded = pyxla.onnx.load(model, dynamic=True, size_buckets={"batch": (4,), "seq": (8, 32)})
+    cases = ((2, 3), (1, 7), (3, 5), (4, 1), (1, 8), (2, 20), (3, 32), (1, 9))
+    for b, s in cases:
+        x = (rng.standard_normal((b, s, d)) * 0.3).astype(np.float32)
+        out = loaded(x=x)
+        out_ref, shp_ref = _onnxruntime(model, {"x": x})
+        assert out["out"].shape == (b, s, d)
+        np.testing.assert_allclose(out["out"], out_ref, rtol=1e-4, atol=1e-6)
+        np.testing.assert_array_equal(out["shp"], shp_ref)
+    log = capsys.readouterr().err
+    assert len(re.findall("pyxla: tracing", log)) == 1, log
+    assert loaded.polymorphic.buckets() == [{"batch": 4, "seq": 8}, {"batch": 4, "seq": 32}]

@@ -74,7 +74,7 @@ def axes_of(ctx: NodeContext, axes: Sequence[int], ndim: int, what: str = "axes"
 
 def ints(ctx: NodeContext, value: Any, what: str) -> list[int]:
     """An import-time integer input (shape, axes, pads ...) as a list of Python ints."""
-    return [int(v) for v in known(ctx, value, what).reshape(-1)]
+    return [v if isinstance(v, DimExpr) else int(v) for v in known(ctx, value, what).reshape(-1)]
 
 
 def axes_input_or_attr(ctx: NodeContext, axes_input: Any, since_input: int) -> list[int] | None:

@@ -14,8 +14,10 @@ import math
 import numpy as np
 
 from .... import numpy as pnp
+from ....frontend.shape_poly import broadcast_dims
 from ....hlo.dims import DimExpr
 from ..registry import converter, is_known, known
+from ..symbolic_sizes import sizes_array
 from .common import axes_input_or_attr, axes_of, axis_of, check_dtype, ints, onnx_dtype, shape_of
 
 
@@ -25,15 +27,17 @@ def shape(ctx, x):
     start, end = ctx.attr("start", 0), ctx.attr("end")
     picked = dims[slice(start, end)]
     if any(isinstance(d, DimExpr) for d in picked):
-        # A symbolic size (pyxla.onnx.load(dynamic=True)) is known only at run time: the
-        # shape is a traced vector, its symbolic entries read with get-dimension-size.
-        return pnp.stack([pnp.asarray(d, dtype=np.int64) for d in picked])
+        # Symbolic sizes (pyxla.onnx.load(dynamic=True)): a size array (symbolic_sizes.py)
+        return sizes_array(picked)
     return np.asarray(picked, dtype=np.int64)
 
 
 @converter("Size", since=1)
 def size(ctx, x):
-    return np.asarray(math.prod(shape_of(x)), dtype=np.int64)
+    total = math.prod(shape_of(x))
+    if isinstance(total, DimExpr):
+        return sizes_array([total]).reshape(())
+    return np.asarray(total, dtype=np.int64)
 
 
 def reshape_target(ctx, dims, target, allowzero=False):
@@ -43,12 +47,16 @@ def reshape_target(ctx, dims, target, allowzero=False):
     if out.count(-1) > 1:
         raise ctx.error(f"shape {target} has more than one -1")
     if -1 in out:
-        rest = math.prod(d for d in out if d != -1)
+        rest = math.prod(d for d in out if not (isinstance(d, int) and d == -1))
         total = math.prod(dims)
-        if rest == 0 or total % rest:
+        if isinstance(rest, DimExpr) or isinstance(total, DimExpr):
+            missing = total // rest   # symbolic: must divide exactly for every size
+        elif rest == 0 or total % rest:
             raise ctx.error(f"cannot reshape {tuple(dims)} to {target}")
-        out[out.index(-1)] = total // rest
-    if math.prod(out) != math.prod(dims):
+        else:
+            missing = total // rest
+        out[out.index(-1)] = missing
+    if not (math.prod(out) == math.prod(dims)):
         raise ctx.error(f"cannot reshape {tuple(dims)} to {target}")
     return tuple(out)
 
@@ -99,10 +107,9 @@ def unsqueeze(ctx, x, axes=None):
 @converter("Expand", since=8)
 def expand(ctx, x, target):
     target = ints(ctx, target, "shape")
-    try:
-        out = np.broadcast_shapes(shape_of(x), tuple(target))
-    except ValueError:
-        raise ctx.error(f"cannot expand {shape_of(x)} to {tuple(target)}") from None
+    out = broadcast_dims(shape_of(x), tuple(target))
+    if out is None:
+        raise ctx.error(f"cannot expand {shape_of(x)} to {tuple(target)}")
     return ctx.xp.broadcast_to(x, out)
 
 
@@ -238,7 +245,9 @@ def constant_of_shape(ctx, target):
     if value.size != 1:
         raise ctx.error(f"attribute 'value' has {value.size} elements, not 1")
     check_dtype(ctx, value, "attribute 'value'")
-    return np.full(tuple(ints(ctx, target, "shape")), value.reshape(()), dtype=value.dtype)
+    dims = tuple(ints(ctx, target, "shape"))
+    xp = pnp if any(isinstance(d, DimExpr) for d in dims) else np   # symbolic sizes: traced
+    return xp.full(dims, value.reshape(()), dtype=value.dtype)
 
 
 @converter("Range", since=11)
