@@ -2,9 +2,10 @@
 Tile, Concat, Split, Slice, Transpose, Pad, ConstantOfShape, Range, DepthToSpace,
 SpaceToDepth, EyeLike, Trilu, CenterCropPad.
 
-Shapes are static: Shape and Size give known values even of traced inputs, so the
-`Shape -> Gather -> Concat -> Reshape` chains models use to compute targets are known
-when the model is loaded. Operands that set an output's shape (Reshape's shape, Slice's
+Shapes are known while tracing: Shape and Size give known values even of traced inputs,
+so the `Shape -> Gather -> Concat -> Reshape` chains models use to compute targets are
+known when the model is loaded (with dynamic=True, as size arrays holding symbolic
+sizes: symbolic_sizes.py). Operands that set an output's shape (Reshape's shape, Slice's
 starts, Pad's pads, ...) must be known.
 """
 from __future__ import annotations
