@@ -487,7 +487,7 @@ def _fuse(module: HloModule, comp: HloComputation, parts: AttentionParts) -> Hlo
         for op in i.operands:
             if id(op) in inside:
                 continue
-            if op.opcode == "broadcast" and len(op.users) == 1:
+            if op.opcode == "broadcast" and (len(op.users) == 1 or op.operands[0].shape.size == 1):
                 members.append(op)
                 inside.add(id(op))
                 if _scalar_constant(op.operands[0]) is not None:

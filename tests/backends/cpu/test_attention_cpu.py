@@ -119,3 +119,20 @@ def test_projections_read_and_written_where_they_lie(seq, monkeypatch):
     want = attention64(*[a.astype(np.float64) for a in args])
     np.testing.assert_allclose(fused, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(fused, unfused, rtol=1e-4, atol=1e-4)
+
+
+def test_two_layers_sharing_a_scale(monkeypatch):
+    """Two attentions whose scale broadcasts CSE merges into one instruction (as in a model's
+    layers): each fusion takes its own copy of the broadcast."""
+    rng = np.random.default_rng()
+    q, k, v = (rng.standard_normal((2, 2, 24, 16), np.float32) for _ in range(3))
+    scale = np.float32(0.25)
+
+    def f(q, k, v):
+        first = nn.softmax(q @ pnp.swapaxes(k, -1, -2) * scale, axis=-1) @ v
+        return nn.softmax(first @ pnp.swapaxes(k, -1, -2) * scale, axis=-1) @ v
+
+    got = _run(f, [q, k, v], True, monkeypatch)
+    assert pyxla.jit(f).lower(q, k, v).compile().as_text().count("kind=kCustom") == 2
+    first = _reference(q, k, v, 0.25)
+    np.testing.assert_allclose(got, _reference(first.astype(np.float32), k, v, 0.25), **TOL)
