@@ -1,6 +1,8 @@
 """pyxla.onnx.load(model, dynamic=True): dim_param inputs become dimension symbols; the graph
 is traced once and compiled once per size bucket. Compared with onnxruntime and NumPy."""
+import contextlib
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -182,3 +184,52 @@ def test_reshape_targets_computed_from_symbolic_shapes(capsys, monkeypatch):
     log = capsys.readouterr().err
     assert len(re.findall("pyxla: tracing", log)) == 1, log
     assert loaded.polymorphic.buckets() == [{"batch": 4, "seq": 8}, {"batch": 4, "seq": 32}]
+
+
+def test_torch_exported_transformer_block_with_dynamic_batch_and_sequence():
+    """A pre-LN transformer block exported by torch.onnx (TorchScript exporter) with
+    dynamic_axes: its Shape/Gather/Concat/Reshape head splitting runs on symbolic sizes."""
+    import io
+    import math
+
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    d, heads = 32, 4
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.ffn = nn.Sequential(nn.Linear(d, 64), nn.GELU(), nn.Linear(64, d))
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            h = self.ln1(x)
+            q, k, v = (y.view(b, t, heads, d // heads).transpose(1, 2) for y in (self.q(h), self.k(h), self.v(h)))
+            y = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // heads), dim=-1) @ v
+            x = x + self.o(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.ffn(self.ln2(x))
+
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    with _quiet_deprecations():   # the TorchScript exporter is deprecated in torch 2.9+
+        torch.onnx.export(Block().eval(), (torch.randn(2, 5, d),), buf, input_names=["x"], output_names=["y"],
+                          dynamo=False, opset_version=17,
+                          dynamic_axes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}})
+    model = onnx.load_from_string(buf.getvalue())
+    assert {"Shape", "Gather", "Concat", "Reshape"} <= {n.op_type for n in model.graph.node}
+    loaded = pyxla.onnx.load(model, dynamic=True)
+    rng = np.random.default_rng(5)
+    for b, s in ((2, 5), (1, 9), (3, 3), (2, 16), (1, 1), (4, 30), (1, 7)):
+        x = rng.standard_normal((b, s, d)).astype(np.float32)
+        (want,) = _onnxruntime(model, {"x": x})
+        np.testing.assert_allclose(loaded(x=x)["y"], want, rtol=1e-4, atol=2e-5)
+    assert loaded.polymorphic.trace_count == 1
+
+
+@contextlib.contextmanager
+def _quiet_deprecations():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
