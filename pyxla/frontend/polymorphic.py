@@ -55,6 +55,15 @@ class BucketExecutable:
     calls: int = field(default=0)
 
 
+class SymbolicLowered(Lowered):
+    """The traced module of a PolymorphicFunction: symbolic sizes, never compiled as it is."""
+
+    def compile(self, constant_parameters: tuple[int, ...] = ()) -> Compiled:
+        raise NotImplementedError(
+            "this module has symbolic sizes and compiles only per size bucket: call the function, or use "
+            "bucket_executable(*args) for the compiled bucket of given arguments")
+
+
 @dataclass
 class _Traced:
     lowered: Lowered
@@ -126,7 +135,9 @@ class PolymorphicFunction:
                 lowered = self._jitted._trace(static_key, leaves, in_tree, sym_shapes, on_parameters)
             except InconclusiveDimensionOperation as e:
                 raise InconclusiveDimensionOperation(_with_origin(str(e), e.__traceback__)) from None
-            traced = self._traces[key] = _Traced(lowered, specs)
+            symbolic = SymbolicLowered(self._jitted, lowered.module, lowered.in_tree, lowered.out_tree,
+                                       lowered.static_key, lowered.trace_seconds)
+            traced = self._traces[key] = _Traced(symbolic, specs)
         return traced
 
     def _bucket(self, traced: _Traced, values: dict[str, int]) -> BucketExecutable:

@@ -263,9 +263,26 @@ def test_inconclusive_reshape_names_the_operation():
 
 def test_symbolic_module_text_shows_dynamic_dimensions():
     f = pyxla.jit(lambda x: x.sum(0) / x.shape[0], polymorphic_shapes=("b, 4",), shape_constraints=("b <= 64",))
-    text = f.lower(np.ones((3, 4), np.float32)).as_text()
+    lowered = f.lower(np.ones((3, 4), np.float32))
+    text = lowered.as_text()
     assert "f32[<=64,4]" in text and "get-dimension-size" in text
     assert f.compile_count == 0
+    with pytest.raises(NotImplementedError, match="bucket_executable"):
+        lowered.compile()
+    bucket = f.bucket_executable(np.ones((3, 4), np.float32))
+    assert bucket.bounds == {"b": 4} and "f32[4,4]" in bucket.compiled.as_text()
+
+
+def test_polymorphic_jit_as_a_decorator():
+    @pyxla.jit(polymorphic_shapes=("n",))
+    def total(x):
+        return x.sum()
+
+    rng = np.random.default_rng(10)
+    for n in (1, 3, 8, 5, 2, 17, 30):
+        x = f32(rng, n)
+        np.testing.assert_allclose(total(x), x.astype(np.float64).sum(), rtol=1e-5, atol=1e-5)
+    assert total.trace_count == 1 and total.compile_count == 5
 
 
 def test_unsupported_op_on_a_dynamic_dimension_raises_not_implemented():
