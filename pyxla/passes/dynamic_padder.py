@@ -39,6 +39,8 @@ Rewrites, by opcode:
   while whose body or condition has symbolic shapes
                                           the sizes threaded through the loop state, so the
                                           body and condition build masks like ENTRY
+  conditional whose branches have symbolic shapes
+                                          each such branch's operand becomes (operand, sizes...)
 Calls are inlined first. Unchanged: elementwise ops, broadcast, iota, transpose, reshapes
 that keep each symbolic dimension outermost of the dimensions it merges with or splits into,
 dot batch and free dimensions, a convolution's batch dimension, slices with static starts,
@@ -50,7 +52,8 @@ instruction and the dimension: top-k of pred along a symbolic dimension, reshape
 a symbolic dimension as other than the outermost of its group, gather with a symbolic slice
 size smaller than its dimension, scatter with indices too narrow to point out of bounds,
 convolution with a symbolic kernel window or with groups over symbolic features, sizes
-needed inside other called computations (conditional branches, ...), and opcodes the padder
+needed inside other called computations (a loop body or branch shared by two instructions,
+a sort comparator, ...), and opcodes the padder
 does not know (custom-call, fusion, ...).
 """
 from __future__ import annotations
@@ -70,6 +73,7 @@ from ..hlo.dims import Dim, DimExpr, Symbol, dim, evaluate_dim
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
+from ..hlo.ops.control import branch_computations
 from ..hlo.shape import ArrayShape, Shape, TupleShape, describe_shape, flatten_shape
 from ..hlo.types import PRED, S32
 from .call_inliner import call_inliner
@@ -345,7 +349,7 @@ def _symbolic_description(instr: HloInstruction) -> str:
 # Opcodes whose results never depend on the padding of their operands beyond the same
 # positions (or that only move whole values around).
 _THROUGH = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "broadcast", "iota", "transpose",
-                      "copy", "map", "opt-barrier", "after-all", "conditional", "call",
+                      "copy", "map", "opt-barrier", "after-all", "call",
                       "batch-norm-inference", "rng", "rng-bit-generator", "stochastic-convert"})
 
 
@@ -862,8 +866,39 @@ def _while(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
     return True
 
 
+def _conditional(p: _Padder, comp: HloComputation, instr: HloInstruction) -> bool:
+    """Pass the actual sizes to each branch that has symbolic shapes: its operand becomes
+    (operand, sizes...), and the branch reads the operand and the sizes from that tuple."""
+    branches = branch_computations(instr.attrs)
+    needing = [i for i, branch in enumerate(branches) if _mentions_symbols(branch)]
+    if id(comp) not in p.sources or not needing:
+        return False
+    scalar = ArrayShape(SIZE_TYPE, ())
+    sizes = [p.sources[id(comp)][name] for name in p.names]
+    for i in needing:
+        branch = branches[i]
+        if id(branch) in p.sources or branches.count(branch) > 1:
+            raise _refuse(instr, f"the branch {branch.name} serves another conditional or branch already; the sizes "
+                                 "cannot be passed to both")
+        operand = instr.operands[1 + i]
+        wrapped = p.add(comp, "tuple", TupleShape((operand.shape, *(scalar for _ in sizes))), (operand, *sizes))
+        _set_operand(instr, 1 + i, wrapped)
+        param = branch.parameters[0]
+        users = list(param.users)
+        inner = p.add(branch, "get-tuple-element", param.shape, (param,), index=0)
+        for user in users:
+            user.replace_operand(param, inner)
+        if branch.root is param:
+            branch.root = inner
+        param.shape = wrapped.shape
+        p.sources[id(branch)] = {name: p.add(branch, "get-tuple-element", scalar, (param,), index=1 + k)
+                                 for k, name in enumerate(p.names)}
+    return True
+
+
 _HANDLERS: dict[str, Any] = {
     "while": _while,
+    "conditional": _conditional,
     "reduce": _reduce,
     "reduce-window": _reduce_window,
     "dot": _dot,

@@ -12,7 +12,7 @@ from pyxla.hlo.attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowD
 from pyxla.hlo.builder import HloBuilder, scalar_computation
 from pyxla.hlo.dims import DimExpr, Symbol, evaluate_dim
 from pyxla.hlo.shape import ArrayShape, TupleShape
-from pyxla.hlo.types import F32, PRED, S8, S32
+from pyxla.hlo.types import F32, S8, S32
 from pyxla.passes.dynamic_padder import pad_to_bounds, reshape_problem
 
 B = DimExpr.symbol(Symbol("b"))
@@ -517,17 +517,20 @@ def test_loops_get_the_sizes_through_their_state(rng):
           lambda x: (x.sum(0) * x.sum(0), np.int32(x.shape[0])), rng, rtol=1e-4)
 
 
-def test_sizes_needed_inside_a_branch_are_refused():
+def test_branches_get_the_sizes_with_their_operand(rng):
     branch = HloBuilder("branch")
     v = branch.parameter(arr(B), "v")
-    branch_comp = branch.build(branch.op("reduce", v, branch.constant(0.0, F32), dimensions=(0,), to_apply=ADD,
-                                         name="inner_sum"))
+    branch_comp = branch.build(branch.op("reduce", v, branch.constant(0.0, F32), dimensions=(0,), to_apply=ADD))
     other = HloBuilder("other")
     w = other.parameter(arr(B), "w")
-    other_comp = other.build(other.op("reduce", w, other.constant(1.0, F32), dimensions=(0,),
-                                      to_apply=scalar_computation("multiply", F32)))
+    n = other.op("convert", other.op("get-dimension-size", w, dimensions=(0,)), shape=arr())
+    other_comp = other.build(other.op("multiply", n, other.op("reduce", w, other.constant(-np.inf, F32),
+                                                               dimensions=(0,), to_apply=MAX)))
     b = HloBuilder("f")
     x = b.parameter(arr(B), "x")
-    flag = b.parameter(arr(dtype=PRED), "flag")
-    chosen = b.op("conditional", flag, x, x, true_computation=branch_comp, false_computation=other_comp)
-    _refused(b.module(chosen), r"%inner_sum \(reduce\) in branch.*has no size parameters")
+    size = b.op("get-dimension-size", x, dimensions=(0,))
+    flag = b.op("compare", b.op("remainder", size, b.constant(2, S32)), b.constant(0, S32), direction="EQ")
+    chosen = b.op("conditional", flag, x, b.op("negate", x), true_computation=branch_comp,
+                  false_computation=other_comp)
+    check(b.module(chosen), {"b": 8}, [{"b": 1}, {"b": 4}, {"b": 8}, {"b": 3}, {"b": 6}],
+          lambda x: x.sum() if len(x) % 2 == 0 else len(x) * (-x).max(), rng)
