@@ -161,9 +161,11 @@ class PolymorphicFunction:
         static = Lowered(self._jitted, padded.module, lowered.in_tree, lowered.out_tree, lowered.static_key,
                          lowered.trace_seconds + time.perf_counter() - start)
         compiled = static.compile()
-        params = padded.module.entry.parameters
+        entry = padded.module.entry
+        assert entry is not None
+        params = entry.parameters
         n_orig = len(params) - len(padded.symbols)
-        param_shapes = [tuple(p.shape.dims) for p in params[:n_orig]]
+        param_shapes = [tuple(p.array_shape.dims) for p in params[:n_orig]]
         return BucketExecutable(dict(bounds), compiled, tuple(padded.symbols), param_shapes,
                                 [tuple(d) for d in padded.output_dims])
 

@@ -250,14 +250,15 @@ def choose_buckets(values: Mapping[str, int], symbols: Mapping[str, Symbol],
     return out
 
 
-def check_size_buckets(size_buckets: Mapping[str, Sequence[int]], symbols: Mapping[str, Symbol]) -> dict:
+def check_size_buckets(size_buckets: Mapping[str, Any], symbols: Mapping[str, Symbol]) -> dict:
     out = {}
     for name, buckets in size_buckets.items():
         if name not in symbols:
             raise ArgumentError(f"size_buckets names {name!r}, which no polymorphic shape uses "
                                 f"(symbols: {', '.join(sorted(symbols)) or 'none'})")
         sym = symbols[name]
-        sizes = tuple(sorted(int(b) for b in ((buckets,) if np.ndim(buckets) == 0 else buckets)))
+        listed: Sequence[Any] = (buckets,) if np.ndim(buckets) == 0 else buckets
+        sizes = tuple(sorted(int(b) for b in listed))
         for b in sizes:
             if b < sym.lower or (sym.upper is not None and b > sym.upper):
                 raise ArgumentError(f"size_buckets[{name!r}] has {b}, outside the dimension's range "

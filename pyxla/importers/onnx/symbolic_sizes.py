@@ -36,7 +36,8 @@ def sizes_array(dims: Any) -> np.ndarray:
 
 def as_traced(value: np.ndarray) -> Any:
     """A size array as a traced int64 tensor of its shape."""
-    from ... import numpy as pnp
+    from ... import numpy as _pnp
+    pnp: Any = _pnp   # its functions are registered at import time
     flat = [pnp.asarray(v, dtype=np.int64) for v in value.reshape(-1)]
     if value.ndim == 0:
         return flat[0]
