@@ -1,5 +1,6 @@
 """Dots as a tiled GEMM through shared memory (the kernel of a dot, or of a fusion whose root
-is one; no cuBLAS needed).
+is one or elementwise work on one, such as a bias and an activation, computed as the
+outputs are written; no cuBLAS needed).
 
 The dot is seen as batches of an M x K by K x N product: M flattens the left side's free
 dimensions, N the right side's, K the contracting pairs. A block computes a 32 x 32 tile of
@@ -18,7 +19,8 @@ import math
 
 import llvmlite.ir as ir
 
-from ...hlo.shape import default_layout
+from ...hlo.ops.registry import op_def
+from ...hlo.shape import ArrayShape, default_layout
 from ..llvm.elemental import convert
 from ..llvm.indices import delinearize
 from ..llvm.ir_types import compute_type, etype, i64
@@ -33,8 +35,7 @@ PITCH = TILE + 1           # a shared tile's row, padded so a column's reads hit
 
 
 class _Dot:
-    def __init__(self, spec: KernelSpec):
-        dot = spec.root
+    def __init__(self, spec: KernelSpec, dot):
         self.spec, self.dot = spec, dot
         self.lhs, self.rhs = dot.operands
         a = dot.attrs
@@ -90,10 +91,40 @@ class _Dot:
         return b.add(acc, b.mul(x, y))
 
 
-def launches(spec: KernelSpec) -> list[Launch] | None:
-    if spec.root.opcode != "dot" or len(spec.outputs) != 1:
+def _the_dot(spec: KernelSpec):
+    """The dot the kernel's output is, or is elementwise work on (at the same index: a bias,
+    an activation); None otherwise."""
+    if len(spec.outputs) != 1:
         return None
-    d = _Dot(spec)
+    out = spec.outputs[0]
+    dots: list = []
+    has_dot: dict[int, bool] = {}
+
+    def contains(x) -> bool:
+        if id(x) not in has_dot:
+            has_dot[id(x)] = x.opcode == "dot" or any(contains(o) for o in x.operands)
+        return has_dot[id(x)]
+
+    def fits(x) -> bool:
+        if x.opcode == "dot":
+            dots.append(x)
+            return x.shape.dims == out.dims
+        if not contains(x):
+            return True
+        return op_def(x.opcode).fusion_kind == "elementwise" and isinstance(x.shape, ArrayShape) \
+            and x.shape.dims == out.dims and all(fits(o) for o in x.operands)
+
+    root = spec.root
+    if root.opcode == "tuple" or not fits(root) or len({id(x) for x in dots}) != 1:
+        return None
+    return dots[0]
+
+
+def launches(spec: KernelSpec) -> list[Launch] | None:
+    dot = _the_dot(spec)
+    if dot is None:
+        return None
+    d = _Dot(spec, dot)
     if d.M * d.N * d.B == 0:
         return None
     return [_gemm_launch(d, spec.name)]
@@ -173,7 +204,10 @@ def _gemm_launch(d: _Dot, name: str) -> Launch:
             m = b.add(m0, b.add(ctx.warp, i64(GROUPS * r)))
             inside = b.and_(b.icmp_unsigned("<", m, i64(d.M)), b.icmp_unsigned("<", n, i64(d.N)))
             with b.if_then(inside):
-                args.store(args.out_ptrs[0], spec.outputs[0], d.out_index(b, batch, m, n), ctx.load_slot(r, d.ty))
+                e = args.elemental()   # the root at the output's index, the dot read as the sum
+                e.buffer_reads[id(d.dot)] = lambda index, r=r: ctx.load_slot(r, d.ty)
+                index = d.out_index(b, batch, m, n)
+                args.store(args.out_ptrs[0], spec.outputs[0], index, e.value(spec.root, index))
 
     steps: list = [Phase(clear)]
     if steps_k:

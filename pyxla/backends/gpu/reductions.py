@@ -1,5 +1,8 @@
 """Reductions in SIMT form: the kernel of a reduce, or of a fusion whose roots are reduces of
-one operand shape over the same dimensions (a variadic reduce's several values included).
+one operand shape over the same dimensions (a variadic reduce's several values included),
+or elementwise work on their results (a mean's division, a variance from two sums): the
+reduces are computed across threads, then the thread writing an output computes the
+elementwise work at its index from their values.
 
 Row reductions (the operand's minor dimension is reduced): a block per output element. Its
 threads stride over the reduced elements (consecutive threads, consecutive elements, in the
@@ -26,7 +29,8 @@ import math
 import llvmlite.ir as ir
 
 from ...hlo.instruction import HloInstruction
-from ...hlo.shape import ArrayShape, default_layout
+from ...hlo.ops.registry import op_def
+from ...hlo.shape import ArrayShape, TupleShape, default_layout
 from ..llvm.indices import delinearize
 from ..llvm.ir_types import I8, compute_type, i64
 from ..llvm.loops import stepped_loop
@@ -44,11 +48,12 @@ MAX_SHARED_BYTES = 48 * 1024  # static shared memory a block may have; beyond it
 
 
 class _Plan:
-    """The reduces of a kernel, their shape facts and their values' slots."""
+    """The reduces of a kernel, their shape facts and their values' slots; the kernel's
+    outputs are the reduces or elementwise work on their results."""
 
-    def __init__(self, spec: KernelSpec, roots: list[HloInstruction]):
-        self.spec, self.roots = spec, roots
-        first = roots[0]
+    def __init__(self, spec: KernelSpec, reduces: list[HloInstruction]):
+        self.spec, self.reduces = spec, reduces
+        first = reduces[0]
         self.operand: ArrayShape = first.operands[0].shape
         self.reduced = sorted(first.attrs["dimensions"])
         self.kept = [d for d in range(self.operand.rank) if d not in self.reduced]
@@ -57,8 +62,8 @@ class _Plan:
         self.K = math.prod(self.operand.dims[d] for d in self.reduced)
         self.out: ArrayShape = spec.outputs[0]
         self.O = self.out.size
-        self.counts = [len(r.operands) // 2 for r in roots]
-        self.types = [compute_type(s.dtype) for s in spec.outputs]
+        self.counts = [len(r.operands) // 2 for r in reduces]
+        self.types = [compute_type(s.dtype) for r in reduces for s in _array_shapes(r)]
         self.V = len(self.types)
         self.row = self.operand.minor_to_major[0] in self.reduced if self.operand.rank else True
 
@@ -70,11 +75,11 @@ class _Plan:
         return self.V + v
 
     def inits(self, args: KernelArgs, e) -> list[ir.Value]:
-        return [e.value(r.operands[n + i], ()) for r, n in zip(self.roots, self.counts) for i in range(n)]
+        return [e.value(r.operands[n + i], ()) for r, n in zip(self.reduces, self.counts) for i in range(n)]
 
     def combine(self, e, current: list[ir.Value], incoming: list[ir.Value]) -> list[ir.Value]:
         out, at = [], 0
-        for r, n in zip(self.roots, self.counts):
+        for r, n in zip(self.reduces, self.counts):
             out += e.scalar_computation(r.attrs["to_apply"], current[at:at + n] + incoming[at:at + n])
             at += n
         return out
@@ -91,35 +96,75 @@ class _Plan:
             full[d] = i
         for d, i in zip(self.reduced_order, red_index):
             full[d] = i
-        return [e.value(r.operands[i], tuple(full)) for r, n in zip(self.roots, self.counts) for i in range(n)]
+        return [e.value(r.operands[i], tuple(full)) for r, n in zip(self.reduces, self.counts) for i in range(n)]
 
     def store_result(self, args: KernelArgs, o: ir.Value, values: list[ir.Value]) -> None:
+        """The outputs at position o: the reduces' values, or the elementwise work on them
+        (the reduces read as these values, everything else computed at o's index)."""
         b = args.b
-        for v, (ptr, shape) in enumerate(zip(args.out_ptrs, self.spec.outputs)):
-            index = delinearize(b, o, shape.dims, shape.minor_to_major) if shape.rank else ()
-            args.store(ptr, shape, index, values[v])
+        e = args.elemental()
+        at = 0
+        for r, n in zip(self.reduces, self.counts):
+            mine = values[at:at + n]
+            at += n
+            e.buffer_reads[id(r)] = (lambda index, mine=mine: mine) if isinstance(r.shape, TupleShape) \
+                else (lambda index, mine=mine: mine[0])
+        index = delinearize(b, o, self.out.dims, self.out.minor_to_major) if self.out.rank else ()
+        outputs = iter(zip(args.out_ptrs, self.spec.outputs))
+        for root in self.spec.roots():
+            value = e.value(root, index)
+            for v in (value if isinstance(value, list) else [value]):
+                ptr, shape = next(outputs)
+                args.store(ptr, shape, index, v)
 
 
-def _reduce_roots(spec: KernelSpec) -> list[HloInstruction] | None:
+def _array_shapes(instr: HloInstruction) -> list[ArrayShape]:
+    return list(instr.shape.elements) if isinstance(instr.shape, TupleShape) else [instr.shape]
+
+
+def _reduces(spec: KernelSpec) -> list[HloInstruction] | None:
+    """The reduces the kernel's outputs are made of, or None when they are not all reduces
+    of one shape over the same dimensions, each output the reduces' values or elementwise
+    work on them (at the output's index) and on things without a reduce in them."""
     roots = spec.roots()
-    if not roots or any(r.opcode != "reduce" for r in roots):
+    out = spec.outputs[0]
+    if any(s.dims != out.dims or s.minor_to_major != out.minor_to_major for s in spec.outputs):
         return None
-    first = roots[0]
-    for r in roots:
+    reduces: list[HloInstruction] = []
+    has_reduce: dict[int, bool] = {}
+
+    def contains(x: HloInstruction) -> bool:
+        if id(x) not in has_reduce:
+            has_reduce[id(x)] = x.opcode == "reduce" or any(contains(o) for o in x.operands)
+        return has_reduce[id(x)]
+
+    def fits(x: HloInstruction) -> bool:
+        if x.opcode == "reduce":
+            if not any(r is x for r in reduces):
+                reduces.append(x)
+            return all(s.dims == out.dims for s in _array_shapes(x))
+        if not contains(x):
+            return True
+        if x.opcode == "get-tuple-element":
+            return x.operands[0].opcode == "reduce" and fits(x.operands[0])
+        return op_def(x.opcode).fusion_kind == "elementwise" and isinstance(x.shape, ArrayShape) \
+            and x.shape.dims == out.dims and all(fits(o) for o in x.operands)
+
+    if not all(fits(r) for r in roots) or not reduces:
+        return None
+    first = reduces[0]
+    for r in reduces:
         if r.operands[0].shape.dims != first.operands[0].shape.dims or \
                 sorted(r.attrs["dimensions"]) != sorted(first.attrs["dimensions"]):
             return None
-    if any(s.dims != spec.outputs[0].dims or s.minor_to_major != spec.outputs[0].minor_to_major
-           for s in spec.outputs):
-        return None
-    return roots
+    return reduces
 
 
 def launches(spec: KernelSpec) -> list[Launch] | None:
-    roots = _reduce_roots(spec)
-    if roots is None:
+    reduces = _reduces(spec)
+    if reduces is None:
         return None
-    plan = _Plan(spec, roots)
+    plan = _Plan(spec, reduces)
     if plan.O == 0 or plan.K == 0:
         return None   # no work, or only the init values: the elementwise kernel writes them
     if plan.row:

@@ -26,6 +26,12 @@ ENTRY e {{
 """
 
 
+def assert_product_close(got, want, magnitude) -> None:
+    """got within f32 rounding of the float64 product: a relative 1e-5 and an absolute 1e-6
+    of the sum of the products' magnitudes (|a| @ |b|)."""
+    assert np.all(np.abs(got - want) <= 1e-5 * np.abs(want) + 1e-6 * magnitude + 1e-7), (got, want)
+
+
 def run(text: str, inputs: list) -> list:
     return get_backend("gpu-sim").compile(parse_module(text)).run_flat(inputs)
 
@@ -37,7 +43,7 @@ def test_gemm_f32(m, k, n, rng):
     assert any(isinstance(s, Loop) for s in spec.launches[0].steps)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     (got,) = run(text, [a, b])
-    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert_product_close(got, a.astype(np.float64) @ b, np.abs(a.astype(np.float64)) @ np.abs(b))
 
 
 @pytest.mark.parametrize("m,k,n", [(33, 31, 35), (2, 100, 3)])
@@ -59,7 +65,8 @@ ENTRY e {
 """
     a, b = rng.standard_normal((3, 33, 31)).astype(np.float32), rng.standard_normal((3, 35, 31)).astype(np.float32)
     (got,) = run(text, [a, b])
-    np.testing.assert_allclose(got, np.einsum("bmk,bnk->bmn", a.astype(np.float64), b), rtol=1e-4, atol=1e-4)
+    a64 = a.astype(np.float64)
+    assert_product_close(got, np.einsum("bmk,bnk->bmn", a64, b), np.einsum("bmk,bnk->bmn", np.abs(a64), np.abs(b)))
 
 
 def test_gemm_bf16_accumulates_in_f32(rng):
@@ -80,3 +87,26 @@ def test_gemm_ptx_tiles_in_shared_memory(tmp_path):
     done = subprocess.run([PTXAS, "-arch=sm_90", str(path), "-o", str(tmp_path / "k.cubin")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_bias_and_relu_fused_after_the_gemm(rng):
+    text = """HloModule m
+ENTRY e {
+  a = f32[33,70] parameter(0)
+  b = f32[70,31] parameter(1)
+  c = f32[31] parameter(2)
+  d = f32[33,31] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  cb = f32[33,31] broadcast(c), dimensions={1}
+  s = f32[33,31] add(d, cb)
+  z = f32[] constant(0)
+  zb = f32[33,31] broadcast(z), dimensions={}
+  ROOT r = f32[33,31] maximum(s, zb)
+}
+"""
+    specs = kernel_ir(compile_module(parse_module(text)), "host")[1]
+    assert any(isinstance(s, Loop) for spec in specs for launch in spec.launches for s in launch.steps)
+    a, b = rng.standard_normal((33, 70)).astype(np.float32), rng.standard_normal((70, 31)).astype(np.float32)
+    c = rng.standard_normal(31).astype(np.float32)
+    (got,) = run(text, [a, b, c])
+    a64 = a.astype(np.float64)
+    assert_product_close(got, np.maximum(a64 @ b + c, 0), np.abs(a64) @ np.abs(b) + np.abs(c))

@@ -61,7 +61,8 @@ ENTRY e {{
   ROOT t = (f32[{rows}], f32[{cols}]) tuple(r, c)
 }}
 """
-    sim_matches_evaluator(text, [rng.standard_normal((rows, cols)).astype(np.float32)], rtol=1e-5)
+    # the GPU sums as a tree, the evaluator in order: f32 rounding differs by a few ulps of the sums
+    sim_matches_evaluator(text, [rng.standard_normal((rows, cols)).astype(np.float32)], rtol=1e-4)
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 31, 33), (17, 5, 1025)])

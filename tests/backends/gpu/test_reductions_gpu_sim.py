@@ -16,6 +16,14 @@ from pyxla.hlo import parse_module
 
 PTXAS = shutil.which("ptxas")
 
+def assert_sum_close(got, x, dims) -> None:
+    """got within f32 rounding of the float64 sums: a relative 1e-5, and an absolute 1e-6 of
+    the sum of magnitudes (the bound of a tree-and-serial f32 sum of these lengths)."""
+    want = x.astype(np.float64).sum(dims)
+    scale = np.abs(x.astype(np.float64)).sum(dims)
+    assert np.all(np.abs(got - want) <= 1e-5 * np.abs(want) + 1e-6 * scale + 1e-7), (got, want)
+
+
 def run(text: str, inputs: list) -> list:
     return get_backend("gpu-sim").compile(parse_module(text)).run_flat(inputs)
 
@@ -51,7 +59,7 @@ def test_row_reduction_uses_shuffles(rows, cols, rng):
     assert any(isinstance(s, Shuffle) for s in steps_of(spec))
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     (got,) = run(text, [x])
-    np.testing.assert_allclose(got, x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+    assert_sum_close(got, x, 1)
 
 
 @pytest.mark.parametrize("rows,cols", [(31, 1), (31, 3), (33, 5), (1025, 2), (7, 33), (40, 70)])
@@ -62,7 +70,7 @@ def test_column_reduction_is_a_shared_memory_tree(rows, cols, rng):
     assert not any(isinstance(s, Shuffle) for s in steps_of(spec))
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     (got,) = run(text, [x])
-    np.testing.assert_allclose(got, x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
+    assert_sum_close(got, x, 0)
 
 
 @pytest.mark.parametrize("n", [8192, 20001])
@@ -72,7 +80,7 @@ def test_full_reduction_in_two_stages(n, rng):
     assert len(spec.launches) == 2 and spec.scratch
     x = rng.standard_normal(n).astype(np.float32)
     (got,) = run(text, [x])
-    np.testing.assert_allclose(got, x.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
+    assert_sum_close(got, x, None)
 
 
 def test_long_column_reduction_in_two_stages(rng):
@@ -81,7 +89,7 @@ def test_long_column_reduction_in_two_stages(rng):
     assert len(spec.launches) == 2
     x = rng.standard_normal((9000, 3)).astype(np.float32)
     (got,) = run(text, [x])
-    np.testing.assert_allclose(got, x.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
+    assert_sum_close(got, x, 0)
 
 
 @pytest.mark.parametrize("shape,dims", [((1, 1), (1,)), ((3, 1025, 5), (1,)), ((31, 4, 33), (0, 2)), ((2, 3, 33), (1, 2))])
@@ -89,7 +97,7 @@ def test_reductions_over_several_dims(shape, dims, rng):
     text = reduce_module(shape, dims)
     x = rng.standard_normal(shape).astype(np.float32)
     (got,) = run(text, [x])
-    np.testing.assert_allclose(got, x.astype(np.float64).sum(dims), rtol=1e-5, atol=1e-5)
+    assert_sum_close(got, x, dims)
 
 
 @pytest.mark.parametrize("shape,dims", [((5, 1025), (1,)), ((1025, 5), (0,)), ((10000,), (0,))])
@@ -177,3 +185,34 @@ ENTRY e {
     done = subprocess.run([PTXAS, "-arch=sm_90", str(path), "-o", str(tmp_path / "k.cubin")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_mean_and_variance_fused_after_the_reductions(rng):
+    text = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[33,1025] parameter(0)
+  z = f32[] constant(0)
+  s = f32[33] reduce(x, z), dimensions={1}, to_apply=add
+  sq = f32[33,1025] multiply(x, x)
+  s2 = f32[33] reduce(sq, z), dimensions={1}, to_apply=add
+  n = f32[] constant(1025)
+  nb = f32[33] broadcast(n), dimensions={}
+  mean = f32[33] divide(s, nb)
+  m2 = f32[33] divide(s2, nb)
+  mm = f32[33] multiply(mean, mean)
+  var = f32[33] subtract(m2, mm)
+  ROOT t = (f32[33], f32[33]) tuple(mean, var)
+}
+"""
+    specs = kernels(text)
+    assert specs and all(any(isinstance(s, Shuffle) for s in steps_of(spec)) for spec in specs)
+    x = (rng.standard_normal((33, 1025)) + 0.5).astype(np.float32)
+    mean, var = run(text, [x])
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(mean, x64.mean(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(var, x64.var(1), rtol=1e-4, atol=1e-5)
