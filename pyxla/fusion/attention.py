@@ -30,7 +30,8 @@ the same function by key blocks. Semantics kept there: a row whose scores are al
 select).
 
 Runs after the optimisation passes and before instruction fusion, so the pieces are still
-plain instructions. `PYXLA_DEBUG=fusion` logs each match and each near miss's reason;
+plain instructions, on modules whose backend has an attention kernel (the CPU backend's
+`prepare` calls enable_attention_fusion). `PYXLA_DEBUG=fusion` logs each match and each near miss's reason;
 `PYXLA_ATTENTION_FUSION=0` turns the pass off (to compare with the unfused program).
 """
 from __future__ import annotations
@@ -563,8 +564,16 @@ def _operands_first_all(instrs: list[HloInstruction]) -> list[HloInstruction]:
     return order
 
 
+def enable_attention_fusion(module: HloModule) -> None:
+    """Called by a backend that has an attention kernel (its `prepare`): only then does the
+    pass fuse. Elsewhere the fused computation would be computed from its instructions, which
+    is correct but, for a backend that computes a fusion per output element (the GPU's
+    elementwise kernels), recomputes each row's softmax for every element of the result."""
+    module.fuse_attention = True   # type: ignore[attr-defined]
+
+
 def _run(module: HloModule) -> bool:
-    if os.environ.get("PYXLA_ATTENTION_FUSION", "1") == "0":
+    if os.environ.get("PYXLA_ATTENTION_FUSION", "1") == "0" or not getattr(module, "fuse_attention", False):
         return False
     changed = False
     for comp in list(module.computations):

@@ -13,8 +13,9 @@ import pytest
 import pyxla
 import pyxla.numpy as pnp
 from pyxla import nn
+from pyxla.backends import get_backend
 from pyxla.compiler import compile_module
-from pyxla.fusion.attention import ATTENTION_CONFIG, is_attention_fusion
+from pyxla.fusion.attention import ATTENTION_CONFIG, enable_attention_fusion, is_attention_fusion
 
 
 def _attention_fusions(module) -> list:
@@ -23,7 +24,13 @@ def _attention_fusions(module) -> list:
 
 def _compiled(f, *args):
     module = pyxla.jit(f).lower(*args).module.clone()
+    enable_attention_fusion(module)
     return compile_module(module).module
+
+
+def _interpreted(module, *args):
+    """The fused module run by the evaluator (which computes the fusion from its instructions)."""
+    return np.asarray(get_backend("interpreter").compile(module).run_flat(list(args))[0])
 
 
 def _reference(q, k, v, scale, keep=None, bias=None):
@@ -52,8 +59,7 @@ def test_numpy_form_is_fused_and_computes_the_same(qkv):
     (fusion,) = _attention_fusions(module)
     assert fusion.attrs["kind"] == "kCustom" and fusion.attrs["backend_config"] == ATTENTION_CONFIG
     assert 'backend_config={"fusion_backend_config":{"kind":"__pyxla$attention"}}' in module.to_text()
-    got = np.asarray(pyxla.jit(f, backend="interpreter")(*qkv))
-    np.testing.assert_allclose(got, _reference(*qkv, scale), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_interpreted(module, *qkv), _reference(*qkv, scale), rtol=1e-5, atol=1e-5)
 
 
 def test_benchmark_attention_with_projections_is_fused():
@@ -75,10 +81,10 @@ def test_select_mask_and_additive_mask_are_fused(qkv):
     def additive(q, k, v, b):
         return nn.softmax(q @ pnp.swapaxes(k, -1, -2) * np.float32(0.5) + b, axis=-1) @ v
 
-    assert len(_attention_fusions(_compiled(causal, *qkv))) == 1
+    fused = _compiled(causal, *qkv)
+    assert len(_attention_fusions(fused)) == 1
     assert len(_attention_fusions(_compiled(additive, *qkv, bias))) == 1
-    got = np.asarray(pyxla.jit(causal, backend="interpreter")(*qkv))
-    np.testing.assert_allclose(got, _reference(*qkv, 1 / 3, keep=keep), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_interpreted(fused, *qkv), _reference(*qkv, 1 / 3, keep=keep), rtol=1e-5, atol=1e-5)
 
 
 def _torch_attention(d: int, heads: int, causal: bool):
@@ -171,6 +177,15 @@ def test_near_misses_are_not_fused(qkv):
     for f, args in [(wrong_axis, qkv), (multiplicative_mask, qkv + [mult_mask]), (max_over_other_axis, qkv),
                     (scores_also_returned, qkv), (exp_not_softmax, qkv)]:
         assert _attention_fusions(_compiled(f, *args)) == [], f.__name__
+
+
+def test_only_for_backends_with_the_kernel(qkv):
+    """A module no backend enabled it for (the interpreter's, the GPU's) is not fused."""
+    def f(q, k, v):
+        return nn.softmax(q @ pnp.swapaxes(k, -1, -2), axis=-1) @ v
+
+    module = pyxla.jit(f).lower(*qkv).module.clone()
+    assert _attention_fusions(compile_module(module).module) == []
 
 
 def test_pass_can_be_turned_off(qkv, monkeypatch):

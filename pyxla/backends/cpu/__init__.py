@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from ...compiler import CompiledModule, compile_module
+from ...fusion.attention import enable_attention_fusion
 from ...hlo.module import HloModule
 from ...hlo.printer import print_module
 from ...hlo.verifier import verify_module
@@ -39,6 +40,7 @@ class CpuBackend:
         """Opcodes with an expansion expanded, tokens as empty tuples, mixed-type dots
         upcast (hlo_lowering.py)."""
         lower_for_cpu(module)
+        enable_attention_fusion(module)   # ops/attention.py computes attention fusions
 
     def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
                 constant_parameters: tuple[int, ...] = ()) -> CpuExecutable:
