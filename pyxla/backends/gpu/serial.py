@@ -1,8 +1,9 @@
 """Kernels for the ops that do not write element by element, in simple correct forms, as a
 lone instruction or the root of a fusion (operands read through the elemental emitter):
 
-  - sort: one thread per row (grid-stride over rows) copies the row to the outputs and
-    sorts it there by insertion under the comparator (stable, as insertion is);
+  - sort: a bitonic network in shared memory, a block per row (bitonic.py); rows too long
+    for shared memory take one thread per row (grid-stride over rows), which copies the row
+    to the outputs and sorts it there by insertion under the comparator (stable);
   - top-k (`topk`, XLA's TopK custom-call): one thread per row keeps the k best so far in
     the outputs, in order, inserting each element after those it does not beat (ties keep
     the lower index first);
@@ -27,6 +28,7 @@ from ..llvm.indexing import at_window, batch_starts, clamped_starts, join_index
 from ..llvm.indices import delinearize
 from ..llvm.ir_types import I1, I32, etype, i64
 from ..llvm.loops import counted_loop, for_range, short_circuit, variable, while_loop
+from . import bitonic
 from .kernels import KernelArgs, KernelSpec, elementwise_launch, global_thread, grid_loop
 from .simt import Launch, Phase, PhaseContext
 
@@ -37,7 +39,7 @@ def launches(spec: KernelSpec) -> list[Launch] | None:
     root = spec.root
     op = root.opcode
     if op == "sort":
-        return [_row_launch(spec, _sort_row)]
+        return [bitonic.launch(spec) or _row_launch(spec, _sort_row)]
     if op == "topk" or (op == "custom-call" and root.attrs.get("custom_call_target") == "TopK"):
         return [_row_launch(spec, _top_k_row)]
     if op == "dynamic-update-slice":

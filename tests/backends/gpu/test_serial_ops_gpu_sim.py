@@ -212,3 +212,27 @@ ENTRY e {
     (got,) = run(text, [np.int32(index), x])
     want = -x.astype(np.float64) if branch == "neg" else np.exp(x.astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n,bitonic", [(1025, True), (3000, False)])
+def test_sort_forms_agree_with_a_stable_sort(n, bitonic, rng):
+    """Rows that fit shared memory sort by a bitonic network, longer ones by insertion."""
+    from pyxla.backends.gpu import kernel_ir
+    from pyxla.backends.gpu.simt import Barrier
+    from pyxla.compiler import compile_module
+    text = f"""HloModule m
+lt {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=LT
+}}
+ENTRY e {{
+  x = f32[2,{n}] parameter(0)
+  ROOT s = f32[2,{n}] sort(x), dimensions={{1}}, to_apply=lt
+}}
+"""
+    (spec,) = kernel_ir(compile_module(parse_module(text)), "host")[1]
+    assert any(isinstance(s, Barrier) for s in spec.launches[0].steps) == bitonic
+    x = rng.integers(-20, 20, (2, n)).astype(np.float32)
+    (got,) = run(text, [x])
+    np.testing.assert_array_equal(got, np.sort(x, axis=1))
