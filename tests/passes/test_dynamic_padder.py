@@ -534,3 +534,52 @@ def test_branches_get_the_sizes_with_their_operand(rng):
                   false_computation=other_comp)
     check(b.module(chosen), {"b": 8}, [{"b": 1}, {"b": 4}, {"b": 8}, {"b": 3}, {"b": 6}],
           lambda x: x.sum() if len(x) % 2 == 0 else len(x) * (-x).max(), rng)
+
+
+def _counted_loop(name, state, body_fn, limit_fn):
+    """A while over `state` (a tuple whose element 0 is an s32 counter): runs while
+    counter < limit_fn(builder, state tuple), the body given by body_fn(builder, elements)
+    returning the new elements after the counter."""
+    body = HloBuilder(f"{name}_body")
+    t = body.parameter(state, "t")
+    elements = [body.op("get-tuple-element", t, index=k) for k in range(len(state.elements))]
+    rest = body_fn(body, elements)
+    body_comp = body.build(body.tuple(body.op("add", elements[0], body.constant(1, S32)), *rest))
+    cond = HloBuilder(f"{name}_cond")
+    ct = cond.parameter(state, "t")
+    cond_comp = cond.build(cond.op("compare", cond.op("get-tuple-element", ct, index=0), limit_fn(cond, ct),
+                                   direction="LT"))
+    return cond_comp, body_comp
+
+
+def test_nested_loops_get_the_sizes(rng):
+    # total = sum over i < n, j < n of x[i] * x[j] (per column), with two loops
+    inner_state = TupleShape((arr(dtype=S32), arr(3), arr(3), arr(B, 3)))   # j, acc, row i, x
+
+    def inner_body(b, e):
+        _, acc, row, x = e
+        other = b.op("reshape", b.op("dynamic-slice", x, e[0], b.constant(0, S32), dynamic_slice_sizes=(1, 3)),
+                     shape=arr(3))
+        return [b.op("add", acc, b.op("multiply", row, other)), row, x]
+
+    def rows_of_x(b, t):
+        return b.op("get-dimension-size", b.op("get-tuple-element", t, index=3), dimensions=(0,))
+
+    inner_cond, inner_body_comp = _counted_loop("inner", inner_state, inner_body, rows_of_x)
+    outer_state = TupleShape((arr(dtype=S32), arr(3), arr(3), arr(B, 3)))   # i, acc, unused, x
+
+    def outer_body(b, e):
+        i, acc, _, x = e
+        row = b.op("reshape", b.op("dynamic-slice", x, i, b.constant(0, S32), dynamic_slice_sizes=(1, 3)),
+                   shape=arr(3))
+        init = b.tuple(b.constant(0, S32), acc, row, x)
+        loop = b.op("while", init, condition=inner_cond, body=inner_body_comp)
+        return [b.op("get-tuple-element", loop, index=1), row, x]
+
+    outer_cond, outer_body_comp = _counted_loop("outer", outer_state, outer_body, rows_of_x)
+    b = HloBuilder("nested")
+    x = b.parameter(arr(B, 3), "x")
+    zeros = b.op("broadcast", b.constant(0.0, F32), shape=arr(3), dimensions=())
+    loop = b.op("while", b.tuple(b.constant(0, S32), zeros, zeros, x), condition=outer_cond, body=outer_body_comp)
+    check(b.module(b.op("get-tuple-element", loop, index=1)), {"b": 8}, [{"b": 1}, {"b": 3}, {"b": 8}],
+          lambda x: x.sum(0) ** 2, rng, rtol=1e-4)
