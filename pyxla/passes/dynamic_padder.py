@@ -96,8 +96,10 @@ class PaddedModule:
     param_dims: tuple[tuple[Dim, ...], ...]
 
 
-def pad_to_bounds(module: HloModule, bounds: Mapping[str, int]) -> PaddedModule:
-    """`module` (left as it is) specialised to the bucket whose sizes are at most `bounds`."""
+def pad_to_bounds(module: HloModule, bounds: Mapping[str, int] | None = None) -> PaddedModule:
+    """`module` (left as it is) specialised to the bucket whose sizes are at most `bounds`
+    (by symbol name; a symbol left out is padded to its declared upper bound, as a `<=N`
+    dimension read from text is)."""
     work = module.clone()
     call_inliner(work)   # a call's body then gets the size parameters like the rest of ENTRY
     work.computations = work.reachable_computations()
@@ -155,13 +157,14 @@ def _check_increasing(expr: DimExpr, instr: HloInstruction) -> None:
                                   "upper bound")
 
 
-def _checked_bounds(name: str, symbols: list[Symbol], bounds: Mapping[str, int]) -> dict[str, int]:
+def _checked_bounds(name: str, symbols: list[Symbol], bounds: Mapping[str, int] | None) -> dict[str, int]:
+    bounds = {} if bounds is None else bounds
     values: dict[str, int] = {}
     for s in symbols:
-        if s.name not in bounds:
-            raise ValueError(f"pad_to_bounds: module {name} has the symbolic size {s.name!r}, "
-                             f"but the bounds give no value for it (bounds: {dict(bounds)})")
-        value = int(bounds[s.name])
+        if s.name not in bounds and s.upper is None:
+            raise ValueError(f"pad_to_bounds: module {name} has the symbolic size {s.name!r}, which has no "
+                             f"upper bound, and the bounds give no value for it (bounds: {dict(bounds)})")
+        value = int(bounds.get(s.name, s.upper))   # type: ignore[arg-type]
         if value < s.lower or (s.upper is not None and value > s.upper):
             upper = "" if s.upper is None else f" and at most {s.upper}"
             raise ValueError(f"pad_to_bounds: the bound {value} for {s.name!r} is outside its range "

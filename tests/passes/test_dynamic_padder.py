@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends.cpu import CpuBackend
-from pyxla.hlo import verify_module
+from pyxla.hlo import parse_module, verify_module
 from pyxla.hlo.attributes import ConvDimensionNumbers, PadDim, SliceDim, WindowDim
 from pyxla.hlo.builder import HloBuilder, scalar_computation
 from pyxla.hlo.dims import DimExpr, Symbol, evaluate_dim
@@ -126,6 +126,27 @@ def test_static_module_gets_no_size_parameters(rng):
     module = b.module(b.op("reduce", x, b.constant(0.0, F32), dimensions=(1,), to_apply=ADD))
     padded = check(module, {}, [{}], lambda x: x.sum(1), rng)
     assert padded.symbols == () and len(padded.module.entry.parameters) == 1
+
+
+def test_bounded_dynamic_text_pads_to_its_bounds(rng):
+    module = parse_module("""HloModule text
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[<=8,3] parameter(0)
+  e = f32[<=8,3] exponential(x)
+  z = f32[] constant(0)
+  ROOT total = f32[3] reduce(e, z), dimensions={0}, to_apply=add
+}
+""")
+    (rows,) = module.entry.parameters[0].shape.dims[0].symbols   # an anonymous symbol, bounded by 8
+    padded = check(module, None, [{rows.name: 1}, {rows.name: 5}, {rows.name: 8}], lambda x: np.exp(x).sum(0), rng)
+    assert [p.shape.to_text(False) for p in padded.module.entry.parameters] == ["f32[8,3]", "s32[]"]
 
 
 def test_bounds_must_cover_every_symbol_and_fit_its_range():
