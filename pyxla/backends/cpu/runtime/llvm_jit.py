@@ -4,6 +4,8 @@ One `LlvmJit` per process holds the target machine for the host CPU (its name an
 features, optimisation level 3). `compile(ir_text)` parses, verifies and optimises a module
 with LLVM's default O3 pipeline (loop and SLP vectorisers on), adds it to the MCJIT engine
 and returns the optimised module; `address(name)` gives a function's address.
+`emit_object(ir_text)` makes relocatable code instead (a large module as parts compiled on
+several threads: split_compile.py), and `load_object` loads it into an engine of its own.
 
 `compile_helper` loads the runtime's own native helpers (the worker pool, the call shim):
 the same for every program, so their machine code is kept in the on-disk cache
@@ -12,6 +14,7 @@ the same for every program, so their machine code is kept in the on-disk cache
 from __future__ import annotations
 
 import re
+import struct
 import threading
 import time
 import weakref
@@ -21,8 +24,10 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ....runtime import disk_cache
+from . import split_compile
 
 _lock = threading.Lock()
+_EXTERNAL_DEFINE = re.compile(r'^define (?!internal )[^@\n]*@("[^"]+"|[\w.$-]+)\(', re.MULTILINE)
 _initialised = False
 
 
@@ -68,12 +73,16 @@ class LlvmJit:
         # what each fused multiply-add does.
         self.vector_bytes = 64 if wide else 32
 
-    def optimise(self, module: llvm.ModuleRef) -> None:
+    def pipeline_options(self) -> llvm.PipelineTuningOptions:
+        """LLVM's O3 pipeline with the loop and SLP vectorisers and loop unrolling on."""
         pto = llvm.PipelineTuningOptions(speed_level=3)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
         pto.loop_unrolling = True
-        pb = llvm.create_pass_builder(self.target_machine, pto)
+        return pto
+
+    def optimise(self, module: llvm.ModuleRef) -> None:
+        pb = llvm.create_pass_builder(self.target_machine, self.pipeline_options())
         pm = pb.getModulePassManager()
         pm.run(module, pb)
 
@@ -108,16 +117,29 @@ class LlvmJit:
         seconds = {"LLVM optimisation": optimised_at - start, "machine code": time.perf_counter() - optimised_at}
         return CompiledIr(optimised, assembly, addresses, seconds)
 
-    def _engine_machine(self) -> llvm.TargetMachine:
+    def object_machine(self) -> llvm.TargetMachine:
         """A target machine like the shared one, for one engine (an engine owns its machine
-        and disposes of it with itself)."""
+        and disposes of it with itself) or one compiling thread."""
         return llvm.Target.from_default_triple().create_target_machine(
             cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault")
 
     def emit_object(self, ir_text: str, want_assembly: bool = False) -> tuple[bytes, str, str | None, dict]:
-        """Optimise `ir_text` and make it a relocatable object for this host: (the object,
-        the optimised IR and the assembly when asked for, the seconds of each stage)."""
-        start = time.perf_counter()
+        """Optimise `ir_text` and make it relocatable object code for this host: (the code,
+        the optimised IR and the assembly when asked for, the seconds of each stage). A large
+        module (codegen's, with one entry function) is cut into parts compiled on several
+        threads (split_compile.py), and the code is their objects packed together, which
+        load_object takes as it takes one object. Stages are timed by the wall clock, and by
+        CPU time under "<stage> cpu"."""
+        threads = split_compile.compile_threads()
+        entries = _EXTERNAL_DEFINE.findall(ir_text) if threads > 1 and not want_assembly else []
+        parts = split_compile.split_module(ir_text, entries[0].strip('"'), threads * split_compile.PARTS_PER_THREAD) \
+            if len(entries) == 1 else [ir_text]
+        if len(parts) > 1:
+            start = time.perf_counter()
+            objects, seconds = split_compile.compile_parts(self, parts, threads)
+            seconds["LLVM optimisation + machine code"] = time.perf_counter() - start
+            return split_compile.pack_objects(objects), "", None, seconds
+        start, cpu = time.perf_counter(), time.process_time()
         # A context of its own, dropped with the module: LLVM's global context keeps every
         # type and constant it has seen for the life of the process.
         context = llvm.create_context()
@@ -126,12 +148,14 @@ class LlvmJit:
         self.optimise(module)
         optimised = str(module) if want_assembly else ""
         assembly = self.target_machine.emit_assembly(llvm.parse_assembly(optimised)) if want_assembly else None
-        optimised_at = time.perf_counter()
-        obj = self._engine_machine().emit_object(module)
+        optimised_at, optimised_cpu = time.perf_counter(), time.process_time()
+        obj = self.object_machine().emit_object(module)
         module.close()
         del context
         return obj, optimised, assembly, {"LLVM optimisation": optimised_at - start,
-                                          "machine code": time.perf_counter() - optimised_at}
+                                          "machine code": time.perf_counter() - optimised_at,
+                                          "LLVM optimisation cpu": optimised_cpu - cpu,
+                                          "machine code cpu": time.process_time() - optimised_cpu}
 
     def load_object(self, obj: bytes, functions: tuple[str, ...], symbols: dict[str, int] | None = None) -> LoadedCode:
         """Load a relocatable object into an engine of its own and give the addresses of
@@ -140,8 +164,13 @@ class LlvmJit:
         missing."""
         for name, address in (symbols or {}).items():
             llvm.add_symbol(name, address)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._engine_machine())
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        try:
+            objects = split_compile.unpack_objects(obj)
+        except (ValueError, struct.error) as e:
+            raise RuntimeError(f"the object code is damaged ({e})") from None
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.object_machine())
+        for part in objects:   # calls between parts are linked in the engine
+            engine.add_object_file(llvm.ObjectFileRef.from_data(part))
         engine.finalize_object()
         addresses = {fn: engine.get_function_address(fn) for fn in functions}
         missing = [fn for fn, address in addresses.items() if not address]
