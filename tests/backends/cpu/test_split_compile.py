@@ -2,6 +2,7 @@
 together define every function once (shared internal ones copied), the program they make
 computes the same bits as the module compiled whole, and its packed objects go through the
 executable cache."""
+import ctypes
 import re
 
 import llvmlite.binding as llvm
@@ -74,7 +75,8 @@ def defined(text: str) -> list[str]:
     return re.findall(r'^define [^@\n]*@"([^"]+)"', text, flags=re.MULTILINE)
 
 
-def test_parts_define_every_kernel_once_and_parse(rng):
+def test_parts_define_every_kernel_once_and_parse(rng, monkeypatch):
+    monkeypatch.setattr(split_compile, "SPLIT_MIN_CHARS", 0)
     text = module_ir(rng)
     parts = split_compile.split_module(text, "entry", 3)
     assert len(parts) == 3
@@ -110,9 +112,66 @@ def test_small_modules_and_one_thread_compile_whole(rng, monkeypatch):
     assert split_compile.split_module(text, "entry", 4) == [text]
 
 
-def test_a_module_with_a_global_that_must_exist_once_is_not_cut(rng):
-    text = module_ir(rng) + '\n@"counters" = global [2 x i64] zeroinitializer\n'
-    assert split_compile.split_module(text, "entry", 2) == [text]
+def test_a_module_with_a_global_that_must_exist_once_is_not_cut(rng, monkeypatch):
+    monkeypatch.setattr(split_compile, "SPLIT_MIN_CHARS", 0)
+    text = module_ir(rng)
+    assert len(split_compile.split_module(text, "entry", 2)) == 2
+    counted = text + '\n@"counters" = global [2 x i64] zeroinitializer\n'
+    assert split_compile.split_module(counted, "entry", 2) == [counted]
+
+
+SHARED = """
+@"scale" = internal constant [4 x i8] c"\\00\\00@@", align 64
+
+define internal double @"helper"(double %x) noinline {
+  %s = load float, ptr @"scale"
+  %d = fpext float %s to double
+  %y = fmul double %x, %d
+  ret double %y
+}
+
+define internal void @"kernel.a"(ptr %out, ptr %in) noinline {
+  %x = load double, ptr %in
+  %y = call double @"helper"(double %x)
+  store double %y, ptr %out
+  ret void
+}
+
+define internal void @"kernel.b"(ptr %out, ptr %in) noinline {
+  %x = load double, ptr %in
+  %y = call double @"helper"(double %x)
+  %z = fadd double %y, 1.0
+  store double %z, ptr %out
+  ret void
+}
+
+define void @"entry_split_test"(ptr %out, ptr %in) {
+  %second = getelementptr double, ptr %out, i64 1
+  call void @"kernel.a"(ptr %out, ptr %in)
+  call void @"kernel.b"(ptr %second, ptr %in)
+  ret void
+}
+"""
+
+
+def test_a_function_and_a_constant_two_kernels_share_are_copied_into_each_part(monkeypatch, rng):
+    monkeypatch.setattr(split_compile, "SPLIT_MIN_CHARS", 0)
+    parts = split_compile.split_module(SHARED, "entry_split_test", 3)
+    assert len(parts) == 3
+    for name in ("kernel.a", "kernel.b"):
+        (part,) = [p for p in parts if f'define void @"{name}"' in p]
+        assert 'define internal double @"helper"' in part and '@"scale" = internal constant' in part
+    (entry,) = [p for p in parts if "entry_split_test" in p]
+    assert "helper" not in entry and 'declare void @"kernel.a"(ptr %out, ptr %in)' in entry
+    jit = host_jit()
+    objects, _ = split_compile.compile_parts(jit, parts, 2)
+    loaded = jit.load_object(split_compile.pack_objects(objects), ("entry_split_test",))
+    x = np.array([rng.standard_normal()])
+    out = np.zeros(2)
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(loaded.addresses["entry_split_test"])(
+        out.ctypes.data, x.ctypes.data)
+    scale = np.frombuffer(b"\x00\x00@@", np.float32)[0]   # 3.0
+    np.testing.assert_array_equal(out, [x[0] * scale, x[0] * scale + 1.0])
 
 
 def test_split_program_computes_the_same_bits_as_the_whole_one(rng, split_always, monkeypatch):
