@@ -26,14 +26,19 @@ each query block: those blocks are skipped, a table of (first, end) key block pe
 block being a constant of the module. Skipping is exact there: a skipped score is -inf and
 contributes exp(-inf - m') = 0 (and a row with no key left is all -inf: NaN either way).
 
-Block sizes (a cost model, not one machine's tuning). BK keys: the GEMM's work per block is
-BQ BK (D + Dv) multiply-adds against per-row overheads (two row reductions, rescaling acc)
-of about BQ (BK + Dv); BK = 128 keeps those under 2% for D = Dv = 64 while S (BQ x BK
-floats, 32 KiB at BQ = 64) and the K and V blocks (BK (D + Dv) floats) stay within half of
-L2. BQ: 64 queries, halved (down to 16) while there are fewer than TASKS_PER_THREAD
-(batch, block) items per thread, so that both a short sequence and a causal mask's uneven
-blocks keep every thread busy. Items go to tasks round robin (task t takes t, t + n, ...)
-so a causal mask's long and short query blocks mix.
+Block sizes (a cost model, not one machine's tuning). The two products are pyxla's GEMM
+on blocks, which packs its operands on every call: K and V blocks are packed once per BQ
+queries, Q and P rows once per BK keys, so packing costs about 1/BQ + 1/BK copies per
+multiply-add, against 1/256 + 1/256 for the unfused products of a 256-token head; with
+BQ = 64 and BK = 128 the packing was a third of the kernel (measured on the 2-core EPYC,
+8 x 8 heads of 256 x 64: 64 x 128 blocks 113 ms, 256 x 128 76 ms, 256 x 256 72 ms, the
+unfused program 84-108 ms). So both start at 256 (the row loops' overheads, two reductions
+and a rescaling of acc per row and key block, are then under 2%) and are halved, BK first
+(BQ appears in two packings, BK in one), until a task's working set (S, acc and T, the
+packed blocks: working_set_bytes) fits in L2 (tuning/machine.py's cache sizes); then BQ is
+halved (down to 16) while there are fewer than TASKS_PER_THREAD (batch, block) items per
+thread, so that a short sequence keeps every thread busy. Items go to tasks round robin
+(task t takes t, t + n, ...) so a causal mask's long and short query blocks mix.
 """
 from __future__ import annotations
 
@@ -51,8 +56,8 @@ from ..runtime.llvm_jit import host_jit
 from ..runtime.parallel import emit_parallel_tasks, worker_pool
 from ..tuning.machine import cache_sizes
 
-BLOCK_KEYS = 128
-BLOCK_QUERIES = 64
+BLOCK_KEYS = 256
+BLOCK_QUERIES = 256
 MIN_BLOCK_QUERIES = 16
 TASKS_PER_THREAD = 4
 DEFAULT_L2_BYTES = 1 << 20
@@ -63,14 +68,23 @@ def _round_up(x: int, step: int) -> int:
     return -(-x // step) * step
 
 
+def working_set_bytes(bq: int, bk: int, d: int, dv: int) -> int:
+    """A task's memory per key block: S, acc and T, the GEMM's packed Q (or P) and K and V."""
+    lanes = host_jit().vector_bytes // 4
+    return 4 * (bq * bk + 2 * bq * _round_up(dv, lanes) + bq * max(d, bk) + bk * (d + dv))
+
+
 def block_sizes(batch: int, sq: int, sk: int, d: int, dv: int, threads: int) -> tuple[int, int]:
     """(BQ, BK) for these sizes (the module docstring's cost model)."""
     lanes = host_jit().vector_bytes // 4
     l2 = cache_sizes().get("L2", DEFAULT_L2_BYTES)
     bk = min(BLOCK_KEYS, _round_up(sk, lanes))
-    while bk > lanes and 4 * (BLOCK_QUERIES * bk + bk * (d + dv)) > l2 // 2:
-        bk //= 2
     bq = min(BLOCK_QUERIES, _round_up(sq, 4))
+    while working_set_bytes(bq, bk, d, dv) > l2 and (bk > lanes or bq > MIN_BLOCK_QUERIES):
+        if bk > lanes and (bk >= bq or bq <= MIN_BLOCK_QUERIES):
+            bk = max(lanes, bk // 2)
+        else:
+            bq = max(MIN_BLOCK_QUERIES, bq // 2)
     while bq > MIN_BLOCK_QUERIES and batch * -(-sq // bq) < TASKS_PER_THREAD * threads:
         bq //= 2
     return bq, bk
