@@ -45,13 +45,14 @@ def transformer_encoder_layer(ctx, src, embed_dim, num_heads, qkv_w, qkv_b, proj
         return _linear(h, f2_w, f2_b)
     # tokens as the rows of matrices: every product is a 2-D dot whose bias, activation and
     # residual are elementwise on its own shape (the epilogue of its output fusion); in 3-D
-    # each product had been a reshaped 2-D dot with its bias added behind the reshape
+    # each product had been a reshaped 2-D dot with its bias added behind the reshape. The
+    # last layer norm reads its input reshaped to the result's shape instead, so its
+    # statistics and its output stay one row kernel (a reshape at the end of the output
+    # would split them into three).
     batch, seq, d = src.shape
     x = pnp.reshape(src, (batch * seq, d))
     if norm_first:
         x = x + _self_attention(_layer_norm(x, n1_w, n1_b, eps), batch, num_heads, qkv_w, qkv_b, proj_w, proj_b)
-        x = x + feed_forward(_layer_norm(x, n2_w, n2_b, eps))
-    else:
-        x = _layer_norm(x + _self_attention(x, batch, num_heads, qkv_w, qkv_b, proj_w, proj_b), n1_w, n1_b, eps)
-        x = _layer_norm(x + feed_forward(x), n2_w, n2_b, eps)
-    return pnp.reshape(x, (batch, seq, d))
+        return pnp.reshape(x + feed_forward(_layer_norm(x, n2_w, n2_b, eps)), (batch, seq, d))
+    x = _layer_norm(x + _self_attention(x, batch, num_heads, qkv_w, qkv_b, proj_w, proj_b), n1_w, n1_b, eps)
+    return _layer_norm(pnp.reshape(x + feed_forward(x), (batch, seq, d)), n2_w, n2_b, eps)
