@@ -1,17 +1,17 @@
 """The GPU backend: the optimised, fused module's kernels in SIMT form, compiled to PTX by
 LLVM's NVPTX target and run through the CUDA driver (`gpu`), or compiled for the host and
-run over their launch grid on the CPU (`gpu-sim`).
+run block by block, a block's threads as loops split at each barrier and shuffle, on the
+CPU (`gpu-sim`, simt.py and sim.py).
 
-compile(module) runs the compiler driver (passes, fusion, schedule), plans one kernel per
-ENTRY instruction that computes (kernels.py) and emits them with the elemental emitter both
-LLVM targets share. The host walks the ENTRY computation in schedule order: parameters are
-copied to the device, each kernel is launched on its operands' buffers, aliases (bitcast,
-tuple, get-tuple-element) name buffers they share, and the results are copied back.
-
-This is the backend's first form: every kernel is elementwise over its outputs (a
-reduction, a dot or a convolution is a loop inside one thread's element), buffers are
-allocated per call, and control flow, sort, scatter and the other ops that do not write
-element by element are refused with GpuUnsupported (a NotImplementedError) naming the op. PYXLA_GPU_ARCH chooses the
+compile(module) runs the compiler driver (passes, fusion, schedule), plans the program of
+each computation (program.py: kernels, host values, aliases, and control flow the host
+drives) and each kernel's launches (kernels.py: reductions, GEMM, transposes, sort and the
+other ops that do not write element by element, and elementwise grid-stride loops), and
+emits them with the elemental emitter both LLVM targets share. A call copies the
+parameters to the device, walks the ENTRY computation in schedule order launching kernels
+on their operands' buffers (while loops and conditionals read a scalar back to decide),
+and copies the results back; buffers are allocated per call. An op with no kernel is
+refused with GpuUnsupported (a NotImplementedError) naming it. PYXLA_GPU_ARCH chooses the
 architecture (sm_90 by default).
 """
 from __future__ import annotations

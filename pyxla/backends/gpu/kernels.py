@@ -12,9 +12,11 @@ The form of a kernel follows the op it computes (the root of its fusion):
     outputs of long reductions in two stages;
   - dot (gemm.py): a GEMM over shared-memory tiles;
   - transpose (transpose.py): through shared-memory tiles, both sides coalesced;
-  - sort, top-k, scatter, dynamic-update-slice, select-and-scatter, rng-bit-generator
-    (serial.py): simple correct forms (one thread per row, or one thread in order where
-    XLA's semantics order the writes);
+  - sort (bitonic.py): a bitonic network in shared memory per row;
+  - top-k, scatter, dynamic-update-slice, select-and-scatter (serial.py): simple correct
+    forms (one thread per row, or one thread in order where XLA's semantics order the
+    writes), after a grid-stride copy or fill of the output;
+  - rng-bit-generator (rng.py): a grid-stride loop over cipher blocks;
   - everything else is elementwise: a grid-stride loop over the output positions, each
     element computed by the shared elemental emitter (llvm/elemental.py) at its logical
     index, so a fusion never writes an intermediate.
