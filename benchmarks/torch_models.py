@@ -3,6 +3,12 @@ CPU: an MLP, a CNN, a transformer encoder layer (inference) and one training ste
 CNN. Each model in one process per backend; first call (compile + run) and steady state.
 
     python -m benchmarks.torch_models [--backends eager inductor pyxla] [--out results/torch-models.json]
+                                      [--threads N]
+
+--threads fixes the threads of every backend (torch.set_num_threads and PYXLA_NUM_THREADS);
+by default each uses every core. On a machine other processes also load, one thread each
+keeps the comparison about the kernels: OpenMP's spinning workers (eager, inductor) lose
+far more than pyxla's pool when a core is taken from them.
 """
 from __future__ import annotations
 
@@ -62,9 +68,9 @@ def runner(name: str, backend: str):
     return step
 
 
-def measure_one(name: str, backend: str, budget: float) -> dict:
+def measure_one(name: str, backend: str, budget: float, threads: int | None = None) -> dict:
     import torch
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     start = time.perf_counter()
     run = runner(name, backend)
     out = run()
@@ -85,16 +91,21 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--budget", type=float, default=3.0)
     parser.add_argument("--out", default="benchmarks/results/torch-models.json")
+    parser.add_argument("--threads", type=int, default=None, help="threads of every backend (default: all cores)")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)   # MODEL BACKEND, in a child process
     ns = parser.parse_args(argv)
     if ns.one:
-        print(json.dumps(measure_one(*ns.one, ns.budget)))
+        print(json.dumps(measure_one(*ns.one, ns.budget, ns.threads)))
         return
+    env = dict(os.environ)
+    if ns.threads:
+        env["PYXLA_NUM_THREADS"] = str(ns.threads)   # read when the child compiles
     results = {}
     for model in ns.models:
         for backend in ns.backends:
             proc = subprocess.run([sys.executable, "-m", "benchmarks.torch_models", "--one", model, backend,
-                                   "--budget", str(ns.budget)], capture_output=True, text=True)
+                                   "--budget", str(ns.budget)] + (["--threads", str(ns.threads)] if ns.threads else []),
+                                  capture_output=True, text=True, env=env)
             try:
                 results[(model, backend)] = json.loads(proc.stdout.strip().splitlines()[-1])
             except (json.JSONDecodeError, IndexError):
