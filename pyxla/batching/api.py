@@ -18,6 +18,7 @@ from ..autodiff.staging import argument_value, stage
 from ..frontend.jit import Jitted
 from ..frontend.pytree import PyTreeDef, tree_flatten, tree_unflatten
 from ..frontend.tracing import Tracer, current_trace, shape_of
+from ..hlo.shape import ArrayShape
 from .axes import broadcast_prefix, check_spec, inconsistent_sizes, leaf_paths, rank_error, type_text
 from .interpreter import batch_instructions
 from .rule_helpers import move_axis, to_front
@@ -59,13 +60,13 @@ def _in_axes(in_axes: Any, args: tuple, kwargs: dict, tree: PyTreeDef) -> list[i
     return broadcast_prefix((in_axes, {k: 0 for k in kwargs}), tree, "in_axes")
 
 
-def _example(value: Any, axis: int | None) -> Any:
-    """A stand-in of one example's shape and type (no data) for tracing `fun`."""
+def _example(value: Any, axis: int | None) -> ArrayShape:
+    """One example's shape and type, which `fun` is traced for (its sizes may be symbolic)."""
     shape = shape_of(value)
     dims = list(shape.dims)
     if axis is not None:
         del dims[axis]
-    return np.broadcast_to(np.zeros((), shape.dtype.np_dtype), dims)
+    return ArrayShape(shape.dtype, tuple(dims))
 
 
 def _batch_size(values: list[Any], axes: list[int | None], paths: list[str], axis_size: int | None) -> int:

@@ -313,9 +313,11 @@ class Trace:
 
 
 def shape_of(value: Any) -> Shape:
-    """The HLO shape of a concrete value or a tracer."""
+    """The HLO shape of a concrete value or a tracer (a Shape stands for a value of it)."""
     if isinstance(value, Tracer):
         return value.aval
+    if isinstance(value, Shape):
+        return value
     if isinstance(value, tuple):
         return TupleShape(tuple(shape_of(v) for v in value))
     arr = np.asarray(value)

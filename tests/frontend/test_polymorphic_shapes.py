@@ -321,6 +321,18 @@ def test_vmap_over_the_dynamic_axis():
     assert f.trace_count == 1
 
 
+def test_vmap_over_a_static_axis_of_an_array_with_a_dynamic_one():
+    mapped = lambda x, w: pyxla.vmap(lambda xi: pnp.tanh(xi @ w), in_axes=1, out_axes=1)(x)   # noqa: E731
+    f = pyxla.jit(mapped, polymorphic_shapes=("b, 3, 4", None))
+    rng = np.random.default_rng(10)
+    w = f32(rng, 4, 5)
+    for n in (1, 6, 3, 9, 2, 5, 17):
+        x = f32(rng, n, 3, 4)
+        want = np.tanh(np.einsum("bck,kn->bcn", x.astype(np.float64), w))
+        np.testing.assert_allclose(f(x, w), want, rtol=RTOL, atol=ATOL)
+    assert f.trace_count == 1
+
+
 def test_causal_attention_mask_from_arange_of_the_dynamic_size(capsys, monkeypatch):
     def causal_mean(x):
         i = pnp.arange(x.shape[0])
