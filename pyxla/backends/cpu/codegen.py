@@ -48,6 +48,7 @@ short copy does not.
 """
 from __future__ import annotations
 
+import gc
 import re
 from dataclasses import dataclass
 
@@ -225,6 +226,20 @@ class ModuleCodegen:
 
     # --- the entry function ---------------------------------------------------------------------
     def emit(self) -> str:
+        """The module's LLVM IR text. Python's cycle collector is paused meanwhile: emission
+        allocates hundreds of thousands of IR objects (parents and uses point at each other),
+        and each full collection walked the whole growing module again, a quarter to a third
+        of emission's time (SqueezeNet and Inception v1: 2.2-2.5 -> 1.5-1.7 s of CPU). The
+        cycles left behind are collected afterwards as usual."""
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._emit()
+        finally:
+            if paused:
+                gc.enable()
+
+    def _emit(self) -> str:
         fn = ir.Function(self.ir, ir.FunctionType(VOID, [PTR, PTR, PTR]), name=self.entry_name)
         params, outs, arena = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))

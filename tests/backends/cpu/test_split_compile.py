@@ -3,6 +3,7 @@ together define every function once (shared internal ones copied), the program t
 computes the same bits as the module compiled whole, and its packed objects go through the
 executable cache."""
 import ctypes
+import gc
 import re
 
 import llvmlite.binding as llvm
@@ -92,6 +93,21 @@ def test_parts_define_every_kernel_once_and_parse(rng, monkeypatch):
         module.verify()
         for name in defined(part):   # kernels are called across parts, so none stays internal
             assert (module.get_function(name).linkage == llvm.Linkage.internal) == (name not in kernels + ["entry"])
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_emission_pauses_the_cycle_collector_and_restores_it(rng, enabled, monkeypatch):
+    codegen = network_codegen(rng)
+    during = []
+    inner = codegen._emit
+    monkeypatch.setattr(codegen, "_emit", lambda: during.append(gc.isenabled()) or inner())
+    (gc.enable if enabled else gc.disable)()
+    try:
+        text = codegen.emit()
+        assert during == [False] and gc.isenabled() == enabled
+    finally:
+        gc.enable()
+    assert defined(text)[0] == "entry"
 
 
 def test_kernels_stay_functions_of_their_own_after_optimisation(rng):
