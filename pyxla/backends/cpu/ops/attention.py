@@ -42,6 +42,8 @@ thread, so that a short sequence keeps every thread busy. Items go to tasks roun
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import llvmlite.ir as ir
 import numpy as np
 
@@ -151,98 +153,135 @@ def _intrinsic(module: ir.Module, name: str, ret, args):
 
 
 def emit_attention(ke) -> None:
-    fused = ke.fused
-    parts = parts_of_fusion(fused)
-    b = ke.b
-    e = ke.e
-    d1, d2 = parts.scores_dot, parts.output_dot
-    # batch ranks: of Q K^T, of P V and of the scores (torch's decomposition multiplies over
-    # a flattened batch, reshaped to [batch, heads] around the softmax); each flattens to the
-    # same number of matrices
-    nb1, nb = len(d1.attrs.get("lhs_batch_dims", ())), len(d2.attrs.get("lhs_batch_dims", ()))
-    nbs = parts.scores.shape.rank - 2
-    q_op, k_op = d1.operands
-    v_op = d2.operands[1]
-    batch_dims = d2.shape.dims[:nb]
-    batch = int(np.prod(batch_dims)) if nb else 1
-    sq, sk = d1.shape.dims[nb1], d1.shape.dims[nb1 + 1]
-    q_contract, k_contract = d1.attrs["lhs_contracting_dims"][0], d1.attrs["rhs_contracting_dims"][0]
-    v_contract = d2.attrs["rhs_contracting_dims"][0]
-    q_row = nb1 + 1 if q_contract == nb1 else nb1
-    k_row = nb1 + 1 if k_contract == nb1 else nb1
-    v_col = nb + 1 if v_contract == nb else nb
-    depth, dv = q_op.shape.dims[q_contract], d2.shape.dims[nb + 1]
-    # each operand read where it lies: the array beneath its views, by strides from an offset
-    (q_src, _, qs, q_off), (k_src, _, ks, k_off), (v_src, _, vs, v_off) = (operand_view(o) for o in (q_op, k_op, v_op))
-    q_ptr, k_ptr, v_ptr = (ke.operand_pointer(o) for o in (q_src, k_src, v_src))
-    out_strides = output_view(d2, fused.root)
-    pool = worker_pool()
-    threads = pool.threads if pool is not None else 1
-    bq, bk = block_sizes(batch, sq, sk, depth, dv, threads)
-    lanes = host_jit().vector_bytes // 4
-    dvp = _round_up(dv, lanes)           # accumulator rows padded to whole vectors
-    nq, nk = -(-sq // bq), -(-sk // bk)
-    tail = sk - (nk - 1) * bk            # keys in the last key block
-    kept = _constant_mask(parts, nbs, ke.instr.operands)
-    table = _block_table(kept, sq, sk, bq, bk)
-    items = batch * nq
-    work = batch * sq * sk * (depth + dv)
-    n_tasks = min(items, TASKS_PER_THREAD * threads) if pool is not None and work >= (1 << 18) else 1
+    """KERNELS-style entry (codegen's dispatch): the kernel of attention fusion ke.instr."""
+    _AttentionKernel(ke).emit()
 
-    module = b.module
-    table_ty = ir.ArrayType(I32, 2 * nq)
-    table_global = ir.GlobalVariable(module, table_ty, module.get_unique_name("attention_blocks"))
-    table_global.global_constant = True
-    table_global.linkage = "internal"
-    table_global.initializer = ir.Constant(table_ty, [int(x) for x in table.reshape(-1)])
-    ws_bytes = workspace_bytes("f32", bq, max(bk, dvp), max(depth, bk))
-    exp = fast_unary("exponential", F32)
-    vec = ir.VectorType(F32, lanes)
-    vmax = _intrinsic(module, f"llvm.maxnum.v{lanes}f32", vec, [vec, vec])
-    smax = _intrinsic(module, "llvm.maxnum.f32", F32, [F32, F32])
 
-    def buffer(count: int, ty=F32):
+class _AttentionKernel:
+    """The plan (sizes, strides, blocks) and the IR of one attention fusion's kernel."""
+
+    def __init__(self, ke):
+        self.ke, self.b, self.e = ke, ke.b, ke.e
+        parts = self.parts = parts_of_fusion(ke.fused)
+        d1, d2 = self.d1, self.d2 = parts.scores_dot, parts.output_dot
+        # batch ranks: of Q K^T, of P V and of the scores (torch's decomposition multiplies
+        # over a flattened batch, reshaped to [batch, heads] around the softmax); each
+        # flattens to the same number of matrices
+        self.nb1, self.nb = len(d1.attrs.get("lhs_batch_dims", ())), len(d2.attrs.get("lhs_batch_dims", ()))
+        self.nbs = parts.scores.shape.rank - 2
+        nb1, nb = self.nb1, self.nb
+        q_op, k_op = d1.operands
+        v_op = d2.operands[1]
+        self.batch = int(np.prod(d2.shape.dims[:nb])) if nb else 1
+        self.sq, self.sk = d1.shape.dims[nb1], d1.shape.dims[nb1 + 1]
+        self.q_contract, self.k_contract = d1.attrs["lhs_contracting_dims"][0], d1.attrs["rhs_contracting_dims"][0]
+        self.v_contract = d2.attrs["rhs_contracting_dims"][0]
+        self.q_row = nb1 + 1 if self.q_contract == nb1 else nb1
+        self.k_row = nb1 + 1 if self.k_contract == nb1 else nb1
+        self.v_col = nb + 1 if self.v_contract == nb else nb
+        self.depth, self.dv = q_op.shape.dims[self.q_contract], d2.shape.dims[nb + 1]
+        # each operand read where it lies: the array beneath its views, by strides from an offset
+        (q_src, _, self.qs, self.q_off), (k_src, _, self.ks, self.k_off), (v_src, _, self.vs, self.v_off) = (
+            operand_view(o) for o in (q_op, k_op, v_op))
+        self.q_ptr, self.k_ptr, self.v_ptr = (ke.operand_pointer(o) for o in (q_src, k_src, v_src))
+        self.out_strides = output_view(d2, ke.fused.root)
+        self.pool = worker_pool()
+        threads = self.pool.threads if self.pool is not None else 1
+        self.bq, self.bk = block_sizes(self.batch, self.sq, self.sk, self.depth, self.dv, threads)
+        self.lanes = host_jit().vector_bytes // 4
+        self.dvp = _round_up(self.dv, self.lanes)        # accumulator rows padded to whole vectors
+        self.nq, self.nk = -(-self.sq // self.bq), -(-self.sk // self.bk)
+        self.tail = self.sk - (self.nk - 1) * self.bk     # keys in the last key block
+        self.table = _block_table(_constant_mask(parts, self.nbs, ke.instr.operands), self.sq, self.sk,
+                                  self.bq, self.bk)
+        self.items = self.batch * self.nq
+        work = self.batch * self.sq * self.sk * (self.depth + self.dv)
+        self.n_tasks = min(self.items, TASKS_PER_THREAD * threads) if self.pool is not None and work >= (1 << 18) \
+            else 1
+        self.exp = fast_unary("exponential", F32)
+
+    # --- small IR helpers ---------------------------------------------------------------------
+    def buffer(self, count: int):
+        """count floats on the task's stack (in the function's entry block), 64-byte aligned."""
+        b = self.b
         here = b.block
         b.position_at_start(b.function.entry_basic_block)
-        slot = b.alloca(ty, size=i64(count))
+        slot = b.alloca(F32, size=i64(count))
         slot.align = 64
         b.position_at_end(here)
         return slot
 
-    def at(ptr, offset, ty=F32):
-        return b.gep(ptr, [offset], source_etype=ty)
+    def at(self, ptr, offset):
+        return self.b.gep(ptr, [offset], source_etype=F32)
 
-    def f32_at(ptr, offset):
-        return at(ptr, offset)
+    def ld(self, ptr):
+        return self.b.load(ptr, typ=F32)
 
-    def ld(ptr):
-        return b.load(ptr, typ=F32)
+    def byte_offset(self, ptr, elements):
+        return self.b.gep(ptr, [self.b.mul(elements, i64(4))], source_etype=ir.IntType(8))
 
-    def byte_offset(ptr, elements):
-        return b.gep(ptr, [b.mul(elements, i64(4))], source_etype=ir.IntType(8))
+    def intrinsic(self, name: str, ret, args):
+        return _intrinsic(self.b.module, name, ret, args)
 
-    def horizontal(v, combine):
-        """Fold the lanes of v with combine (a tree of halves)."""
-        n = lanes
+    def row_vectors(self, row_ptr) -> list:
+        vec = ir.VectorType(F32, self.lanes)
+        return [self.b.load(self.b.gep(row_ptr, [i64(c * self.lanes)], source_etype=F32), typ=vec, align=4)
+                for c in range(self.bk // self.lanes)]
+
+    def horizontal(self, v, combine):
+        """Fold the lanes of v with combine(lo, hi, lanes) (a tree of halves)."""
+        b, n = self.b, self.lanes
         while n > 1:
             half = n // 2
-            lo = b.shuffle_vector(v, ir.Constant(ir.VectorType(F32, n), ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, half), list(range(half))))
-            hi = b.shuffle_vector(v, ir.Constant(ir.VectorType(F32, n), ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, half), list(range(half, n))))
+            undef = ir.Constant(ir.VectorType(F32, n), ir.Undefined)
+            lo = b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(I32, half), list(range(half))))
+            hi = b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(I32, half), list(range(half, n))))
             v = combine(lo, hi, half)
             n = half
         return b.extract_element(v, ir.Constant(I32, 0))
 
-    def one_item(item, s_buf, acc, t_buf, m_buf, l_buf, a_buf, ws):
-        bi = b.udiv(item, i64(nq))
-        qb = b.urem(item, i64(nq))
-        bidx = delinearize(b, bi, batch_dims, tuple(reversed(range(nb)))) if nb else ()
-        bidx1 = delinearize(b, bi, d1.shape.dims[:nb1], tuple(reversed(range(nb1)))) if nb1 else ()
-        bidxs = delinearize(b, bi, parts.scores.shape.dims[:nbs], tuple(reversed(range(nbs)))) if nbs else ()
-        q0 = b.mul(qb, i64(bq))
-        rows = b.sub(i64(sq), q0)
-        rows = b.select(b.icmp_unsigned("<", rows, i64(bq)), rows, i64(bq))
+    def vmax(self, lo, hi, n: int):
+        vec = ir.VectorType(F32, n)
+        return self.b.call(self.intrinsic(f"llvm.maxnum.v{n}f32", vec, [vec, vec]), [lo, hi])
+
+    # --- the kernel ---------------------------------------------------------------------------
+    def emit(self) -> None:
+        module = self.b.module
+        table_ty = ir.ArrayType(I32, 2 * self.nq)
+        self.table_ty = table_ty
+        self.table_global = ir.GlobalVariable(module, table_ty, module.get_unique_name("attention_blocks"))
+        self.table_global.global_constant = True
+        self.table_global.linkage = "internal"
+        self.table_global.initializer = ir.Constant(table_ty, [int(x) for x in self.table.reshape(-1)])
+        if self.n_tasks > 1:
+            emit_parallel_tasks(self.b, self.pool, self.n_tasks, self.task)
+        else:
+            self.task(i64(0))
+
+    def task(self, t) -> None:
+        """Items t, t + n_tasks, ...: a causal mask's long and short blocks spread over tasks."""
+        b, bq = self.b, self.bq
+        ws_bytes = workspace_bytes("f32", bq, max(self.bk, self.dvp), max(self.depth, self.bk))
+        st = SimpleNamespace(s=self.buffer(bq * self.bk), acc=self.buffer(bq * self.dvp),
+                             t=self.buffer(bq * self.dvp), m=self.buffer(bq), l=self.buffer(bq), a=self.buffer(bq),
+                             ws=self.buffer(ws_bytes // 4 + 16))
+
+        def step(s):
+            item = b.add(t, b.mul(s, i64(self.n_tasks)))
+            with b.if_then(b.icmp_unsigned("<", item, i64(self.items))):
+                self.e.push_scope()
+                self.item(item, st)
+                self.e.pop_scope()
+        counted_loop(b, i64(0), i64(-(-self.items // self.n_tasks)), step, unrolled=False)
+
+    def item(self, item, st) -> None:
+        """One (batch element, query block): the accumulators set, every key block that
+        holds a kept score folded in, the rows written."""
+        b, bq, bk, nk = self.b, self.bq, self.bk, self.nk
+        bi, qb = b.udiv(item, i64(self.nq)), b.urem(item, i64(self.nq))
+
+        def batch_index(dims, rank):
+            return delinearize(b, bi, dims[:rank], tuple(reversed(range(rank)))) if rank else ()
 
         def base(strides, index):
             off = i64(0)
@@ -250,131 +289,118 @@ def emit_attention(ke) -> None:
                 off = b.add(off, b.mul(ix, i64(strides[d])))
             return off
 
-        q_base = b.add(b.add(base(qs, bidx1), i64(q_off)), b.mul(q0, i64(qs[q_row])))
-        k_base, v_base = b.add(base(ks, bidx1), i64(k_off)), b.add(base(vs, bidx), i64(v_off))
-        o_base = base(out_strides, bidx)
+        it = SimpleNamespace(bidx=batch_index(self.d2.shape.dims, self.nb),
+                             bidx1=batch_index(self.d1.shape.dims, self.nb1),
+                             bidxs=batch_index(self.parts.scores.shape.dims, self.nbs), q0=b.mul(qb, i64(bq)))
+        rows = b.sub(i64(self.sq), it.q0)
+        it.rows = b.select(b.icmp_unsigned("<", rows, i64(bq)), rows, i64(bq))
+        it.q_base = b.add(b.add(base(self.qs, it.bidx1), i64(self.q_off)), b.mul(it.q0, i64(self.qs[self.q_row])))
+        it.k_base = b.add(base(self.ks, it.bidx1), i64(self.k_off))
+        it.v_base = b.add(base(self.vs, it.bidx), i64(self.v_off))
+        it.o_base = base(self.out_strides, it.bidx)
 
         def init_row(i):
-            b.store(ir.Constant(F32, NEG_INF), f32_at(m_buf, i))
-            b.store(ir.Constant(F32, 0.0), f32_at(l_buf, i))
-            counted_loop(b, i64(0), i64(dvp), lambda j: b.store(ir.Constant(F32, 0.0),
-                                                                 f32_at(acc, b.add(b.mul(i, i64(dvp)), j))))
-        counted_loop(b, i64(0), rows, init_row, unrolled=False)
+            b.store(ir.Constant(F32, NEG_INF), self.at(st.m, i))
+            b.store(ir.Constant(F32, 0.0), self.at(st.l, i))
+            counted_loop(b, i64(0), i64(self.dvp), lambda j: b.store(
+                ir.Constant(F32, 0.0), self.at(st.acc, b.add(b.mul(i, i64(self.dvp)), j))))
+        counted_loop(b, i64(0), it.rows, init_row, unrolled=False)
 
-        def key_block(kb, n: int):
-            k0 = b.mul(kb, i64(bk))
-            # S = Q_blk K_blk^T: A = Q rows (row stride, depth stride), B[depth, key]
-            emit_own_gemm(b, "f32", s_buf, byte_offset(q_ptr, q_base),
-                          byte_offset(k_ptr, b.add(k_base, b.mul(k0, i64(ks[k_row])))), rows, i64(n), depth,
-                          (qs[q_row], qs[q_contract], ks[k_contract], ks[k_row]), bk, ws)
-
-            def row(i):
-                q = b.add(q0, i)
-                srow = b.mul(i, i64(bk))
-
-                def read_scores(index):
-                    return ld(f32_at(s_buf, b.add(srow, b.sub(index[nb1 + 1], k0))))
-
-                def score(j):
-                    e.push_scope()
-                    e.buffer_reads[id(d1)] = read_scores
-                    x = e.value(parts.scores, tuple(bidxs) + (q, b.add(k0, j)))
-                    del e.buffer_reads[id(d1)]
-                    e.pop_scope()
-                    b.store(x, f32_at(s_buf, b.add(srow, j)))
-                counted_loop(b, i64(0), i64(n), score)
-                if n < bk:
-                    counted_loop(b, i64(n), i64(bk), lambda j: b.store(ir.Constant(F32, NEG_INF),
-                                                                       f32_at(s_buf, b.add(srow, j))))
-                vptr = f32_at(s_buf, srow)
-                vectors = [b.load(b.gep(vptr, [i64(c * lanes)], source_etype=F32), typ=vec, align=4)
-                           for c in range(bk // lanes)]
-                best = vectors[0]
-                for v in vectors[1:]:
-                    best = b.call(vmax, [best, v])
-                block_max = horizontal(best, lambda lo, hi, n: b.call(
-                    _intrinsic(module, f"llvm.maxnum.v{n}f32", ir.VectorType(F32, n),
-                               [ir.VectorType(F32, n)] * 2), [lo, hi]))
-                m_old = ld(f32_at(m_buf, i))
-                m_new = b.call(smax, [m_old, block_max])
-                m_safe = b.select(b.fcmp_ordered("==", m_new, ir.Constant(F32, NEG_INF)), ir.Constant(F32, 0.0), m_new)
-                alpha = exp(e, b.fsub(m_old, m_safe))
-                b.store(m_new, f32_at(m_buf, i))
-                b.store(alpha, f32_at(a_buf, i))
-
-                def prob(j):
-                    ptr = f32_at(s_buf, b.add(srow, j))
-                    b.store(exp(e, b.fsub(ld(ptr), m_safe)), ptr)
-                counted_loop(b, i64(0), i64(bk), prob)
-                vectors = [b.load(b.gep(vptr, [i64(c * lanes)], source_etype=F32), typ=vec, align=4)
-                           for c in range(bk // lanes)]
-                total = vectors[0]
-                for v in vectors[1:]:
-                    total = b.fadd(total, v)
-                row_sum = horizontal(total, lambda lo, hi, n: b.fadd(lo, hi))
-                lp = f32_at(l_buf, i)
-                b.store(b.fadd(b.fmul(ld(lp), alpha), row_sum), lp)
-            counted_loop(b, i64(0), rows, row, unrolled=False)
-            # T = P V_blk: A = P [rows, n] (row stride bk), B = V [key, dv]
-            emit_own_gemm(b, "f32", t_buf, s_buf, byte_offset(v_ptr, b.add(v_base, b.mul(k0, i64(vs[v_contract])))),
-                          rows, i64(dv), n, (bk, 1, vs[v_contract], vs[v_col]), dvp, ws)
-
-            def update(i):
-                alpha = ld(f32_at(a_buf, i))
-
-                def one(j):
-                    o = b.add(b.mul(i, i64(dvp)), j)
-                    b.store(b.fadd(b.fmul(ld(f32_at(acc, o)), alpha), ld(f32_at(t_buf, o))), f32_at(acc, o))
-                counted_loop(b, i64(0), i64(dv), one)
-            counted_loop(b, i64(0), rows, update, unrolled=False)
-
-        first = b.load(b.gep(table_global, [i64(0), b.mul(qb, i64(2))], source_etype=table_ty), typ=I32)
-        end = b.load(b.gep(table_global, [i64(0), b.add(b.mul(qb, i64(2)), i64(1))], source_etype=table_ty), typ=I32)
-        first, end = b.zext(first, I64), b.zext(end, I64)
-        full_end = i64(nk - 1) if tail < bk else i64(nk)
+        def entry(k):
+            ptr = b.gep(self.table_global, [i64(0), b.add(b.mul(qb, i64(2)), i64(k))], source_etype=self.table_ty)
+            return b.zext(b.load(ptr, typ=I32), I64)
+        first, end = entry(0), entry(1)
+        full_end = i64(nk - 1) if self.tail < bk else i64(nk)
         stop = b.select(b.icmp_unsigned("<", end, full_end), end, full_end)
-        counted_loop(b, first, stop, lambda kb: key_block(kb, bk), unrolled=False)
-        if tail < bk:
+        counted_loop(b, first, stop, lambda kb: self.key_block(it, st, kb, bk), unrolled=False)
+        if self.tail < bk:
             with b.if_then(b.icmp_unsigned("==", end, i64(nk))):
-                key_block(i64(nk - 1), tail)
+                self.key_block(it, st, i64(nk - 1), self.tail)
+        counted_loop(b, i64(0), it.rows, lambda i: self.write_row(it, st, i), unrolled=False)
 
-        def write(i):
-            inv = ld(f32_at(l_buf, i))
-            q = b.add(q0, i)
-            # l == 0 exactly when every score of the row is -inf (any finite score adds
-            # exp(0) = 1, a NaN makes l NaN)
-            masked = b.fcmp_ordered("==", inv, ir.Constant(F32, 0.0))
+    def key_block(self, it, st, kb, n: int) -> None:
+        """Fold keys [kb BK, kb BK + n) into the accumulators."""
+        b, bk, dvp = self.b, self.bk, self.dvp
+        k0 = b.mul(kb, i64(bk))
+        # S = Q_blk K_blk^T: A = Q rows (row stride, depth stride), B[depth, key]
+        emit_own_gemm(b, "f32", st.s, self.byte_offset(self.q_ptr, it.q_base),
+                      self.byte_offset(self.k_ptr, b.add(it.k_base, b.mul(k0, i64(self.ks[self.k_row])))),
+                      it.rows, i64(n), self.depth,
+                      (self.qs[self.q_row], self.qs[self.q_contract], self.ks[self.k_contract], self.ks[self.k_row]),
+                      bk, st.ws)
+        counted_loop(b, i64(0), it.rows, lambda i: self.softmax_row(it, st, i, k0, n), unrolled=False)
+        # T = P V_blk: A = P [rows, n] (row stride bk), B = V [key, dv]
+        emit_own_gemm(b, "f32", st.t, st.s,
+                      self.byte_offset(self.v_ptr, b.add(it.v_base, b.mul(k0, i64(self.vs[self.v_contract])))),
+                      it.rows, i64(self.dv), n, (bk, 1, self.vs[self.v_contract], self.vs[self.v_col]), dvp, st.ws)
+
+        def update(i):
+            alpha = self.ld(self.at(st.a, i))
 
             def one(j):
-                value = b.fdiv(ld(f32_at(acc, b.add(b.mul(i, i64(dvp)), j))), inv)
-                if parts.zero_masked_rows:   # the graph's select: rows of -inf scores are 0
-                    value = b.select(masked, ir.Constant(F32, 0.0), value)
-                at_out = b.add(o_base, b.add(b.mul(q, i64(out_strides[nb])), b.mul(j, i64(out_strides[nb + 1]))))
-                b.store(value, f32_at(ke.out_ptr, at_out))
-            counted_loop(b, i64(0), i64(dv), one)
-        counted_loop(b, i64(0), rows, write, unrolled=False)
+                o = b.add(b.mul(i, i64(dvp)), j)
+                b.store(b.fadd(b.fmul(self.ld(self.at(st.acc, o)), alpha), self.ld(self.at(st.t, o))),
+                        self.at(st.acc, o))
+            counted_loop(b, i64(0), i64(self.dv), one)
+        counted_loop(b, i64(0), it.rows, update, unrolled=False)
 
-    def task(t):
-        s_buf = buffer(bq * bk)
-        acc = buffer(bq * dvp)
-        t_buf = buffer(bq * dvp)
-        m_buf, l_buf, a_buf = buffer(bq), buffer(bq), buffer(bq)
-        ws = buffer(ws_bytes // 4 + 16)
+    def softmax_row(self, it, st, i, k0, n: int) -> None:
+        """Row i of the block: its scores through the fusion's ops, the online softmax step
+        (m, l and the rescaling factor a), P in place of the scores."""
+        b, e, bk, nb1 = self.b, self.e, self.bk, self.nb1
+        q = b.add(it.q0, i)
+        srow = b.mul(i, i64(bk))
 
-        def item_body(item):
+        def read_scores(index):
+            return self.ld(self.at(st.s, b.add(srow, b.sub(index[nb1 + 1], k0))))
+
+        def score(j):
             e.push_scope()
-            one_item(item, s_buf, acc, t_buf, m_buf, l_buf, a_buf, ws)
+            e.buffer_reads[id(self.d1)] = read_scores
+            x = e.value(self.parts.scores, tuple(it.bidxs) + (q, b.add(k0, j)))
+            del e.buffer_reads[id(self.d1)]
             e.pop_scope()
-        # items t, t + n_tasks, ...: a causal mask's long and short blocks spread over tasks
-        per_task = -(-items // n_tasks)
+            b.store(x, self.at(st.s, b.add(srow, j)))
+        counted_loop(b, i64(0), i64(n), score)
+        if n < bk:
+            counted_loop(b, i64(n), i64(bk), lambda j: b.store(ir.Constant(F32, NEG_INF),
+                                                               self.at(st.s, b.add(srow, j))))
+        row_ptr = self.at(st.s, srow)
+        vectors = self.row_vectors(row_ptr)
+        best = vectors[0]
+        for v in vectors[1:]:
+            best = self.vmax(best, v, self.lanes)
+        m_old = self.ld(self.at(st.m, i))
+        m_new = b.call(self.intrinsic("llvm.maxnum.f32", F32, [F32, F32]), [m_old, self.horizontal(best, self.vmax)])
+        m_safe = b.select(b.fcmp_ordered("==", m_new, ir.Constant(F32, NEG_INF)), ir.Constant(F32, 0.0), m_new)
+        alpha = self.exp(e, b.fsub(m_old, m_safe))
+        b.store(m_new, self.at(st.m, i))
+        b.store(alpha, self.at(st.a, i))
 
-        def step(s):
-            item = b.add(t, b.mul(s, i64(n_tasks)))
-            with b.if_then(b.icmp_unsigned("<", item, i64(items))):
-                item_body(item)
-        counted_loop(b, i64(0), i64(per_task), step, unrolled=False)
+        def prob(j):
+            ptr = self.at(st.s, b.add(srow, j))
+            b.store(self.exp(e, b.fsub(self.ld(ptr), m_safe)), ptr)
+        counted_loop(b, i64(0), i64(bk), prob)
+        vectors = self.row_vectors(row_ptr)
+        total = vectors[0]
+        for v in vectors[1:]:
+            total = b.fadd(total, v)
+        lp = self.at(st.l, i)
+        b.store(b.fadd(b.fmul(self.ld(lp), alpha), self.horizontal(total, lambda lo, hi, n: b.fadd(lo, hi))), lp)
 
-    if n_tasks > 1:
-        emit_parallel_tasks(b, pool, n_tasks, task)
-    else:
-        task(i64(0))
+    def write_row(self, it, st, i) -> None:
+        b, nb = self.b, self.nb
+        inv = self.ld(self.at(st.l, i))
+        q = b.add(it.q0, i)
+        # l == 0 exactly when every score of the row is -inf (any finite score adds exp(0) = 1,
+        # a NaN makes l NaN)
+        masked = b.fcmp_ordered("==", inv, ir.Constant(F32, 0.0))
+
+        def one(j):
+            value = b.fdiv(self.ld(self.at(st.acc, b.add(b.mul(i, i64(self.dvp)), j))), inv)
+            if self.parts.zero_masked_rows:   # the graph's select: rows of -inf scores are 0
+                value = b.select(masked, ir.Constant(F32, 0.0), value)
+            at_out = b.add(it.o_base, b.add(b.mul(q, i64(self.out_strides[nb])),
+                                            b.mul(j, i64(self.out_strides[nb + 1]))))
+            b.store(value, self.at(self.ke.out_ptr, at_out))
+        counted_loop(b, i64(0), i64(self.dv), one)
