@@ -202,6 +202,17 @@ def test_split_program_computes_the_same_bits_as_the_whole_one(rng, split_always
     np.testing.assert_allclose(split_total, total, rtol=1e-4)
 
 
+def test_parts_compile_through_llvmlites_own_calls_where_the_library_lacks_them(rng, split_always, monkeypatch):
+    args = inputs(rng)
+    unlocked_probs, unlocked_total = pyxla.jit(network)(*args)
+    monkeypatch.setattr(split_compile, "_unlocked", [])
+    monkeypatch.setattr(split_compile, "_Unlocked", lambda: (_ for _ in ()).throw(AttributeError("no symbol")))
+    locked_probs, locked_total = pyxla.jit(network)(*args)
+    assert isinstance(split_compile._library(), split_compile._Locked)
+    np.testing.assert_array_equal(locked_probs, unlocked_probs)
+    np.testing.assert_array_equal(locked_total, unlocked_total)
+
+
 def test_split_stages_are_timed(rng, split_always):
     compiled = pyxla.jit(network).lower(*inputs(rng)).compile()
     seconds = compiled.stage_seconds

@@ -231,10 +231,26 @@ _unlocked: list[_Unlocked] = []
 _unlocked_lock = threading.Lock()
 
 
-def _library() -> _Unlocked:
+class _Locked:
+    """The same two calls through llvmlite's own API (behind its lock): for an llvmlite whose
+    library does not export them under these names, parts then compile one at a time."""
+
+    @staticmethod
+    def run(manager, module: llvm.ModuleRef, pb) -> None:
+        manager.run(module, pb)
+
+    @staticmethod
+    def emit_object(machine: llvm.TargetMachine, module: llvm.ModuleRef) -> bytes:
+        return machine.emit_object(module)
+
+
+def _library() -> _Unlocked | _Locked:
     with _unlocked_lock:
         if not _unlocked:
-            _unlocked.append(_Unlocked())
+            try:
+                _unlocked.append(_Unlocked())
+            except (AttributeError, OSError):
+                _unlocked.append(_Locked())   # type: ignore[arg-type]
     return _unlocked[0]
 
 
