@@ -34,7 +34,18 @@ def load(source, *, backend: str | None = None, base_dir: str | os.PathLike | No
     shared by the inputs that name it; the graph is traced once and compiled once per size
     bucket, as `jit(polymorphic_shapes=...)` (docs/dynamic-shapes.md). `shape_constraints`
     and `size_buckets` are jit's."""
-    from .model_file import load_model
+    from ...frontend.jit import default_backend
+    from . import load_index
+    from .model_file import check_model, load_model
 
-    return OnnxModel(load_model(source, base_dir=base_dir, check=check), backend=backend, dynamic=dynamic,
-                     shape_constraints=tuple(shape_constraints), size_buckets=size_buckets)
+    proto = load_model(source, base_dir=base_dir, check=False)
+    index_key = known = None
+    name = backend or default_backend()
+    if load_index.enabled(name, dynamic):
+        # the model's whole content (external data read in), so an edited weight file misses
+        index_key = load_index.model_key(proto.SerializeToString(deterministic=True), name, check)
+        known = load_index.load_model_entry(index_key)
+    if check and known is None:
+        check_model(proto)
+    return OnnxModel(proto, backend=backend, dynamic=dynamic, shape_constraints=tuple(shape_constraints),
+                     size_buckets=size_buckets, index_key=index_key, known=known)

@@ -20,7 +20,10 @@ An optional value is its content, or None when empty.
 """
 from __future__ import annotations
 
+import os
 import re
+import sys
+import time
 from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,16 +31,23 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ArgumentError
+from ...backends import get_backend
+from ...compiler import CompiledModule
+from ...errors import ArgumentError, PyxlaError
 from ...frontend.jit import jit
 from ...frontend.polymorphic import PolymorphicFunction
 from ...frontend.pytree import tree_flatten, tree_leaves, tree_unflatten
 from ...frontend.tracing import Tracer
+from ...fusion.buffer_assignment import assign_buffers
 from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
+from ...hlo.parser import parse_module
+from ...hlo.printer import print_module
 from ...hlo.shape import ArrayShape
 from ...hlo.types import from_numpy_dtype
+from ...runtime import disk_cache
 from ...runtime.memory import aligned_copy
+from . import load_index
 from .importer import GraphImporter
 from .model_file import tensor_to_array
 from .registry import NeedsKnownValue, OnnxImportError
@@ -73,7 +83,8 @@ class InputSpec:
 class CompiledSignature:
     """The executable for one set of input shapes and dtypes."""
     executable: Any
-    module: HloModule            # as traced, weights as parameters (before optimisation)
+    module: HloModule | None     # as traced, weights as parameters (before optimisation); None when
+                                 # made from the load index (hlo_text traces again)
     optimized: HloModule         # as it runs
     # the arrays passed to the executable, in parameter order: (input name, element index
     # in a sequence input or None)
@@ -91,28 +102,50 @@ class OnnxModel:
     """A model ready to run; call it with the inputs (see the module docstring)."""
 
     def __init__(self, proto, backend: str | None = None, dynamic: bool = False,
-                 shape_constraints: tuple[str, ...] = (), size_buckets: Mapping[str, Any] | None = None):
+                 shape_constraints: tuple[str, ...] = (), size_buckets: Mapping[str, Any] | None = None,
+                 index_key: str | None = None, known: dict | None = None):
+        """`index_key`: the model's key in the load index (load_index.py), when it serves this
+        model; `known`: its model entry, when this model was imported before with this code
+        (the graph walk's checks are then skipped, and made only when a call must trace)."""
         self.proto = proto
         self.backend = backend
         self.dynamic = dynamic
         graph = proto.graph
         if len(graph.sparse_initializer):
             raise OnnxImportError(f"sparse initializer {graph.sparse_initializer[0].values.name!r} is not supported")
-        self.initializers = {t.name: tensor_to_array(t, f"initializer {t.name!r}") for t in graph.initializer}
+        self._initializers: dict[str, np.ndarray] | None = None
+        self._importer: GraphImporter | None = None
         specs = [_input_spec(v) for v in graph.input]
-        self.importer = GraphImporter(proto)
-        self.inputs = [s for s in specs if s.name not in self.initializers]
+        if known is None:
+            self._importer = GraphImporter(proto)   # refuses what cannot be imported, now
+        initialized = {t.name for t in graph.initializer}
+        self.inputs = [s for s in specs if s.name not in initialized]
         # Inputs with an initializer (IR version 3 lists every weight as an input) may be fed
         # to replace the initializer; otherwise the initializer is their value.
-        self.overridable = {s.name: s for s in specs if s.name in self.initializers}
+        self.overridable = {s.name: s for s in specs if s.name in initialized}
+        self.index_key = index_key
         self.input_names = [s.name for s in self.inputs]
         self.output_names = [o.name for o in graph.output]
         self._compiled: dict[tuple, CompiledSignature] = {}
-        self.static_inputs: set[str] = set()     # inputs compiled for by value (see _signature)
+        self.static_inputs: set[str] = set(known["static_inputs"]) if known else set()   # (see _signature)
         self.polymorphic: PolymorphicFunction | None = None
         self._dynamic_outputs: dict[str, Any] = {}
         if dynamic:
             self.polymorphic = self._polymorphic_function(tuple(shape_constraints), size_buckets)
+
+    @property
+    def initializers(self) -> dict[str, np.ndarray]:
+        """The initializers as arrays, by name (converted on first use)."""
+        if self._initializers is None:
+            self._initializers = {t.name: tensor_to_array(t, f"initializer {t.name!r}")
+                                  for t in self.proto.graph.initializer}
+        return self._initializers
+
+    @property
+    def importer(self) -> GraphImporter:
+        if self._importer is None:
+            self._importer = GraphImporter(self.proto)
+        return self._importer
 
     # --- calling -----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs) -> dict[str, np.ndarray]:
@@ -147,6 +180,12 @@ class OnnxModel:
         """The HLO module for these inputs (by default the declared shapes): as imported
         (weights as parameters) or, with optimized=True, as it runs after fusion."""
         sig = self.compile(feeds)
+        if sig.module is None:   # made from the load index: trace again for the module as imported
+            arrays = self._check_inputs(self._example_feeds() if feeds is None else feeds)
+            fed = self.input_names + sorted(n for n in arrays if n in self.overridable)
+            traced = {n: arrays[n] for n in fed if n not in self.static_inputs}
+            static = {n: arrays[n] for n in fed if n in self.static_inputs}
+            sig.module = self._trace_and_compile(traced, static)[0].module
         return (sig.optimized if optimized else sig.module).to_text()
 
     # --- inputs ------------------------------------------------------------------------------
@@ -187,8 +226,16 @@ class OnnxModel:
             sig = self._compiled.get(key)
             if sig is not None:
                 return sig
+            signature = call_key = None
+            if self.index_key is not None:
+                signature = [[n, n in static, load_index.value_signature(arrays[n], n in static)] for n in fed]
+                call_key = load_index.call_key(self.index_key, signature)
+                sig = self._from_index(call_key, signature)
+                if sig is not None:
+                    self._compiled[key] = sig
+                    return sig
             try:
-                sig = self._trace_and_compile({n: arrays[n] for n in traced}, static)
+                sig, raw_weights = self._trace_and_compile({n: arrays[n] for n in traced}, static)
             except NeedsKnownValue as e:
                 more = self._inputs_behind(e, arrays) - self.static_inputs
                 if not more:
@@ -196,7 +243,59 @@ class OnnxModel:
                 self.static_inputs |= more
                 continue
             self._compiled[key] = sig
+            if call_key is not None:
+                self._record(call_key, signature, sig, raw_weights)
             return sig
+
+    # --- the load index (load_index.py) ----------------------------------------------------------
+    def _from_index(self, call_key: str, signature: list) -> CompiledSignature | None:
+        """The executable for this signature made from the load index's entry: the optimised
+        module parsed from its text, the object code from the executable cache, the weights
+        from the initializers, fill values or kept bytes; None when there is no usable entry."""
+        found = load_index.load_call_entry(call_key, signature, self.output_names)
+        if found is None:
+            return None
+        meta, text = found
+        start = time.perf_counter()
+        try:
+            module = parse_module(text, "onnx load index")
+            first = meta["first_weight"]
+            weights = [load_index.make_weight(r, self._initializer) for r in meta["weights"]]
+            if len(module.entry.parameters) != first + len(weights):
+                raise load_index.BadEntry("its module's parameters do not match")
+            outputs = {name: load_index.make_output_layout(r) for name, r in meta["outputs"].items()}
+            constants = tuple(range(first, first + len(weights)))
+            executable = get_backend("cpu").compile(
+                module, compiled=CompiledModule(module, assign_buffers(module)), constant_parameters=constants)
+            weights = [executable.prepare_argument(first + i, w) for i, w in enumerate(weights)]
+        except (PyxlaError, ValueError, KeyError, TypeError, IndexError) as e:
+            disk_cache.discard(load_index.CALL_KIND, call_key, f"unusable ({type(e).__name__}: {e})")
+            return None
+        return CompiledSignature(executable, None, module, meta["traced_inputs"], weights, outputs,
+                                 time.perf_counter() - start)
+
+    def _initializer(self, name: str) -> np.ndarray | None:
+        for t in self.proto.graph.initializer:
+            if t.name == name:
+                return tensor_to_array(t, f"initializer {t.name!r}")
+        return None
+
+    def _record(self, call_key: str, signature: list, sig: CompiledSignature, raw_weights: list[np.ndarray]) -> None:
+        """Keep what a later process needs to make this signature's executable without
+        importing (load_index.py); a module whose text does not read back to itself is not kept."""
+        assert self.index_key is not None
+        text = print_module(sig.optimized, print_metadata=False)
+        try:
+            if print_module(parse_module(text), print_metadata=False) != text:
+                return
+            first = len(sig.traced_inputs)
+            weights = [load_index.weight_recipe(w, self.initializers, call_key, i) for i, w in enumerate(raw_weights)]
+            load_index.store_call_entry(call_key, signature, text, sig.traced_inputs, first, weights, sig.outputs)
+        except (PyxlaError, TypeError) as e:   # (a value with no HLO element type)
+            if os.environ.get("PYXLA_DEBUG"):
+                print(f"pyxla onnx: not kept in the load index: {e}", file=sys.stderr)
+            return
+        load_index.store_model_entry(self.index_key, self.static_inputs)
 
     # --- dynamic shapes ------------------------------------------------------------------------
     def _polymorphic_function(self, constraints: tuple[str, ...], size_buckets) -> PolymorphicFunction:
@@ -283,9 +382,9 @@ class OnnxModel:
         weights = constants_to_parameters(lowered.module, PARAMETER_MIN_ELEMENTS)
         # compiles a copy: lowered.module stays as imported
         compiled = lowered.compile(constant_parameters=tuple(range(first, first + len(weights))))
-        weights = [compiled.executable.prepare_argument(first + i, w) for i, w in enumerate(weights)]
-        return CompiledSignature(compiled.executable, lowered.module, compiled.module, leaf_names, weights, outputs,
-                                 compiled.compile_seconds)
+        prepared = [compiled.executable.prepare_argument(first + i, w) for i, w in enumerate(weights)]
+        return CompiledSignature(compiled.executable, lowered.module, compiled.module, leaf_names, prepared, outputs,
+                                 compiled.compile_seconds), weights
 
 
 # --- sequences and optionals ---------------------------------------------------------------------

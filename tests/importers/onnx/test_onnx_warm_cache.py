@@ -1,0 +1,223 @@
+"""The ONNX load index (importers/onnx/load_index.py): a process that loads a model this
+host compiled before makes its executable from the index entry (the optimised module's
+text, the weights' recipes, the executable cache's object), with results bit for bit those
+of the cold path; any mismatch or bad entry falls back to importing and compiling."""
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import pyxla  # noqa: E402
+import pyxla.onnx  # noqa: E402
+from pyxla.importers.onnx import load_index  # noqa: E402
+from pyxla.runtime import disk_cache  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def small_model(seed: int = 0) -> bytes:
+    """x[n, 64] -> relu(x @ W + b) @ filled: W an initializer (a weight parameter), `filled`
+    made by ConstantOfShape (a weight computed at import); a second output known at import."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((64, 96)).astype(np.float32)
+    b = rng.standard_normal(96).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("ConstantOfShape", ["shape"], ["filled"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
+        helper.make_node("MatMul", ["r", "filled"], ["y"]),
+        helper.make_node("Shape", ["W"], ["wshape"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64]),
+         helper.make_tensor_value_info("wshape", TensorProto.INT64, [2])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b"),
+         numpy_helper.from_array(np.array([96, 64], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+def _reference(data: bytes, x: np.ndarray) -> dict:
+    from onnx.reference import ReferenceEvaluator
+    ref = ReferenceEvaluator(onnx.load_from_string(data))
+    return dict(zip(["y", "wshape"], ref.run(None, {"x": x})))
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("PYXLA_CACHE_DIR", str(folder))
+    for name in ("PYXLA_DUMP", "PYXLA_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    return folder
+
+
+def _entries(folder: Path, kind: str) -> list[Path]:
+    return sorted(folder.glob(f"{kind}-*.bin"))
+
+
+def _run(data, x):
+    model = pyxla.onnx.load(data)
+    out = model(x=x)
+    return model, out
+
+
+def test_warm_load_uses_the_index_and_matches_the_cold_results_bit_for_bit(cache_dir):
+    data = small_model()
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    cold_model, cold = _run(data, x)
+    assert cold_model.compile({"x": x}).module is not None           # traced
+    assert len(_entries(cache_dir, load_index.MODEL_KIND)) == 1
+    assert len(_entries(cache_dir, load_index.CALL_KIND)) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pyxla.CacheWarning)
+        warm_model, warm = _run(data, x)
+    sig = warm_model.compile({"x": x})
+    assert sig.module is None                                         # made from the index, not traced
+    assert warm_model._importer is None                               # the graph was never walked
+    for name in cold:
+        assert cold[name].dtype == warm[name].dtype
+        np.testing.assert_array_equal(cold[name], warm[name])
+    want = _reference(data, x)
+    np.testing.assert_allclose(warm["y"], want["y"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(warm["wshape"], want["wshape"])
+    # the module as imported is still available (traced on demand)
+    assert "parameter" in warm_model.hlo_text({"x": x})
+
+
+def test_warm_process_matches_cold_process(cache_dir, tmp_path):
+    """Cold and warm in separate processes: same bytes out."""
+    path = tmp_path / "small.onnx"
+    path.write_bytes(small_model(seed=3))
+    x = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys, numpy as np, warnings, pyxla, pyxla.onnx\n"
+        "warnings.simplefilter('error', pyxla.CacheWarning)\n"
+        "m = pyxla.onnx.load(sys.argv[1]); out = m(x=np.load(sys.argv[2]))\n"
+        "np.save(sys.argv[3], out['y'])\n"
+        "print('traced' if m.compile({'x': np.load(sys.argv[2])}).module is not None else 'index')\n")
+    env = {**os.environ, "PYXLA_CACHE_DIR": str(cache_dir)}
+    results = []
+    for k in range(2):
+        out = tmp_path / f"y{k}.npy"
+        proc = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "x.npy"), str(out)],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        results.append((proc.stdout.strip(), np.load(out)))
+    assert [r[0] for r in results] == ["traced", "index"]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_other_model_bytes_or_shapes_miss(cache_dir):
+    x = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
+    _run(small_model(seed=0), x)
+    other, out = _run(small_model(seed=1), x)          # other weights: another model key
+    assert other.compile({"x": x}).module is not None
+    np.testing.assert_allclose(out["y"], _reference(small_model(seed=1), x)["y"], rtol=1e-5, atol=1e-5)
+    x5 = np.random.default_rng(6).standard_normal((5, 64)).astype(np.float32)
+    model = pyxla.onnx.load(small_model(seed=0))        # known model, new signature: traced
+    out5 = model(x=x5)
+    assert model.compile({"x": x5}).module is not None
+    np.testing.assert_allclose(out5["y"], _reference(small_model(seed=0), x5)["y"], rtol=1e-5, atol=1e-5)
+    assert len(_entries(cache_dir, load_index.CALL_KIND)) == 3
+
+
+@pytest.mark.parametrize("damage", ["garbage-json", "wrong-parameters", "bad-module", "missing-weight-bytes"])
+def test_bad_call_entry_warns_and_gives_the_right_result(cache_dir, damage):
+    data = small_model(seed=7)
+    x = np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)
+    model = pyxla.onnx.load(data)
+    cold = model(x=x)
+    [path] = _entries(cache_dir, load_index.CALL_KIND)
+    key = path.name[len(load_index.CALL_KIND) + 1:-len(disk_cache.SUFFIX)]
+    payload = disk_cache.load(load_index.CALL_KIND, key)
+    length = int.from_bytes(payload[:8], "little")
+    import json
+    meta, text = json.loads(payload[8:8 + length]), payload[8 + length:]
+    if damage == "garbage-json":
+        new = b"\x05\x00\x00\x00\x00\x00\x00\x00{nope" + text
+    else:
+        if damage == "wrong-parameters":
+            meta["weights"] = meta["weights"][:-1]
+        elif damage == "bad-module":
+            text = b"HloModule broken\nENTRY e { this is not hlo }"
+        else:
+            meta["weights"] = [dict(w, stored="0" * 64) if "fill" in w else w for w in meta["weights"]]
+            assert any(w.get("stored") for w in meta["weights"])
+            for w in meta["weights"]:
+                w.pop("fill", None)
+        header = json.dumps(meta).encode()
+        new = len(header).to_bytes(8, "little") + header + text
+    disk_cache.store(load_index.CALL_KIND, key, new)
+    with pytest.warns(pyxla.CacheWarning):
+        warm_model, warm = _run(data, x)
+    assert warm_model.compile({"x": x}).module is not None         # fell back to tracing
+    for name in cold:
+        np.testing.assert_array_equal(cold[name], warm[name])
+    # the fallback wrote a good entry again
+    again, out = _run(data, x)
+    assert again.compile({"x": x}).module is None
+    np.testing.assert_array_equal(out["y"], cold["y"])
+
+
+def test_corrupt_model_entry_warns_and_loads_normally(cache_dir):
+    data = small_model(seed=9)
+    x = np.random.default_rng(10).standard_normal((2, 64)).astype(np.float32)
+    _, cold = _run(data, x)
+    [path] = _entries(cache_dir, load_index.MODEL_KIND)
+    key = path.name[len(load_index.MODEL_KIND) + 1:-len(disk_cache.SUFFIX)]
+    disk_cache.store(load_index.MODEL_KIND, key, b'{"format": "onnx-index-1", "static_inputs": 3}')
+    with pytest.warns(pyxla.CacheWarning):
+        model, warm = _run(data, x)
+    assert model._importer is not None                              # checked and walked as on a cold load
+    np.testing.assert_array_equal(cold["y"], warm["y"])
+
+
+def test_tampered_entry_in_foreign_directory_is_never_used(cache_dir):
+    data = small_model(seed=11)
+    x = np.random.default_rng(12).standard_normal((2, 64)).astype(np.float32)
+    _, cold = _run(data, x)
+    os.chmod(cache_dir, 0o777)     # writable by others: the directory is refused whole
+    try:
+        with pytest.warns(pyxla.CacheWarning):
+            model, warm = _run(data, x)
+        assert model.compile({"x": x}).module is not None           # traced: nothing read from the cache
+        np.testing.assert_array_equal(cold["y"], warm["y"])
+    finally:
+        os.chmod(cache_dir, 0o700)
+
+
+def test_cache_off_or_other_backends_skip_the_index(cache_dir, monkeypatch):
+    data = small_model(seed=13)
+    x = np.random.default_rng(14).standard_normal((2, 64)).astype(np.float32)
+    model = pyxla.onnx.load(data, backend="interpreter")
+    out = model(x=x)
+    assert model.index_key is None and not list(cache_dir.glob(f"{load_index.CALL_KIND}-*"))
+    np.testing.assert_allclose(out["y"], _reference(data, x)["y"], rtol=1e-5, atol=1e-5)
+    monkeypatch.setenv("PYXLA_CACHE_DIR", "")
+    assert pyxla.onnx.load(data).index_key is None
+
+
+def test_light_model_cold_and_warm_bit_for_bit(cache_dir):
+    from benchmarks.onnx_models import model_case
+    data, feeds, want = model_case("squeezenet")
+    cold = pyxla.onnx.load(data)(feeds)
+    model = pyxla.onnx.load(data)
+    warm = model(feeds)
+    assert model.compile(feeds).module is None
+    for name in cold:
+        np.testing.assert_array_equal(cold[name], warm[name])
+    for got, w in zip(warm.values(), want):
+        np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-7)
