@@ -41,7 +41,7 @@ def load(source, *, backend: str | None = None, base_dir: str | os.PathLike | No
     proto = load_model(source, base_dir=base_dir, check=False)
     index_key = known = None
     name = backend or default_backend()
-    if load_index.enabled(name, dynamic):
+    if load_index.enabled(name, dynamic) and proto.ByteSize() < load_index.PROTOBUF_LIMIT:
         # the model's whole content (external data read in), so an edited weight file misses
         index_key = load_index.model_key(proto.SerializeToString(deterministic=True), name, check)
         known = load_index.load_model_entry(index_key)

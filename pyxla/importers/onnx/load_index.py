@@ -39,6 +39,7 @@ MODEL_KIND = "onnx-model"
 CALL_KIND = "onnx-call"
 WEIGHTS_KIND = "onnx-weights"
 FORMAT = "onnx-index-1"
+PROTOBUF_LIMIT = 2 ** 31 - 1     # a larger model cannot be serialised to be hashed: not indexed
 # settings that never change the optimised module (where the cache is, what is printed)
 _NEUTRAL_SETTINGS = ("PYXLA_CACHE_DIR", "PYXLA_CACHE_MAX_BYTES", "PYXLA_DEBUG")
 

@@ -116,8 +116,9 @@ class OnnxModel:
         self._initializers: dict[str, np.ndarray] | None = None
         self._importer: GraphImporter | None = None
         specs = [_input_spec(v) for v in graph.input]
-        if known is None:
-            self._importer = GraphImporter(proto)   # refuses what cannot be imported, now
+        if known is None:   # refuse what cannot be imported, now
+            self._initializers = self.initializers
+            self._importer = GraphImporter(proto)
         initialized = {t.name for t in graph.initializer}
         self.inputs = [s for s in specs if s.name not in initialized]
         # Inputs with an initializer (IR version 3 lists every weight as an input) may be fed
