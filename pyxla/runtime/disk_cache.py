@@ -165,6 +165,10 @@ def _load_from(dir_fd: int, path: Path, kind: str, key: str) -> bytes | None:
         return None
     try:
         st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 0:
+            # another process replaced (or evicted) the entry between our open and fstat: a
+            # miss, not damage; the name may already hold the other process's good entry
+            return None
         problem = _entry_problem(st)
         if problem is None:
             raw = _read_all(fd, st.st_size)

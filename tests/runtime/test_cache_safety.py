@@ -3,6 +3,7 @@ directory that someone else could have written, a FIFO, a link, an entry copied 
 another, one above the size limit, are each reported with a CacheWarning and treated as
 absent; atomic writes from several processes; LRU eviction; `pyxla cache info|clear`."""
 import os
+import stat
 import subprocess
 import sys
 import warnings
@@ -112,6 +113,23 @@ def test_hard_link_is_refused(cache_dir, tmp_path):
     key, path = _stored()
     os.link(path, tmp_path / "second-name")
     _refused("thing", key, "2 hard links")
+
+
+def test_entry_replaced_while_being_opened_is_a_quiet_miss_and_the_new_one_stays(cache_dir, monkeypatch):
+    key, path = _stored(payload=b"old" * 100)
+    real_fstat = os.fstat
+
+    def fstat_after_another_process_replaced_it(fd):
+        if stat.S_ISREG(real_fstat(fd).st_mode):   # the entry, opened (not the directory)
+            monkeypatch.setattr(os, "fstat", real_fstat)
+            disk_cache.store("thing", key, b"new" * 100)   # atomic rename over the opened name
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", fstat_after_another_process_replaced_it)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert disk_cache.load("thing", key) is None
+    assert disk_cache.load("thing", key) == b"new" * 100
 
 
 def test_valid_entry_copied_over_another_is_refused_and_replaced(cache_dir):
