@@ -42,11 +42,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..hlo.computation import HloComputation
+from ..hlo.computation import HloComputation, operands_first
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
-from ..hlo.shape import ArrayShape
+from ..hlo.shape import ArrayShape, element_strides
 from ..passes.hlo_pass import HloPass
 
 # The fusion's backend_config (raw text, printed and parsed as it is): what kernel computes it.
@@ -227,7 +227,7 @@ def _score_chain(x: HloInstruction, nb: int) -> tuple[HloInstruction, list] | st
     if len(dots) != 1:
         return "the scores come from more than one dot"
     (d1,) = dots.values()
-    chain = [i for i in _operands_first(x) if id(i) in on_path]
+    chain = [i for i in operands_first([x]) if id(i) in on_path]
     on_path[id(d1)] = d1
     for i in chain:
         why = _chain_op_refused(i, on_path)
@@ -330,23 +330,6 @@ def _chain_op_refused(i: HloInstruction, on_path: dict) -> str | None:
     return f"{i.opcode} is not a scale, an additive mask or a select"
 
 
-def _operands_first(root: HloInstruction) -> list[HloInstruction]:
-    order: list[HloInstruction] = []
-    seen: set[int] = set()
-    stack = [(root, False)]
-    while stack:
-        i, expanded = stack.pop()
-        if expanded:
-            order.append(i)
-            continue
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        stack.append((i, True))
-        stack.extend((op, False) for op in reversed(i.operands))
-    return order
-
-
 # --- strided views ------------------------------------------------------------------------------
 # Q, K and V usually arrive as transpose(reshape(projection)) (heads split from [batch, seq,
 # heads * dim]) and the output leaves as reshape(transpose(...)) (heads merged): copies of
@@ -355,16 +338,6 @@ def _operands_first(root: HloInstruction) -> list[HloInstruction]:
 # the chain in and the kernel reads and writes the buffers where they lie.
 VIEW_OPS = frozenset({"transpose", "reshape", "slice"})
 OUTPUT_VIEW_OPS = frozenset({"transpose", "reshape"})
-
-
-def layout_strides(shape: ArrayShape) -> list[int]:
-    """Element strides of each dimension of a buffer laid out as `shape`."""
-    strides = [0] * shape.rank
-    step = 1
-    for d in shape.minor_to_major:
-        strides[d] = step
-        step *= shape.dims[d]
-    return strides
 
 
 def _reshape_strides(old_dims, old_strides, new_dims) -> list[int] | None:
@@ -424,7 +397,7 @@ def operand_view(value: HloInstruction, single_use: bool = False):
         chain.append(value)
         value = value.operands[0]
     while chain:
-        strides, offset = layout_strides(value.shape), 0
+        strides, offset = element_strides(value.shape), 0
         ok = True
         for op in reversed(chain):
             got = view_through(op, op.operands[0].shape.dims, strides, offset)
@@ -435,7 +408,7 @@ def operand_view(value: HloInstruction, single_use: bool = False):
         if ok:
             return value, list(reversed(chain)), strides, offset
         value = chain.pop()     # the op nearest the array stays a buffer: try the rest
-    return value, [], layout_strides(value.shape), 0
+    return value, [], element_strides(value.shape), 0
 
 
 def output_view(dot: HloInstruction, root: HloInstruction) -> list[int] | None:
@@ -448,7 +421,7 @@ def output_view(dot: HloInstruction, root: HloInstruction) -> list[int] | None:
             return None
         chain.append(value)
         value = value.operands[0]
-    strides, dims = layout_strides(root.shape), root.shape.dims
+    strides, dims = element_strides(root.shape), root.shape.dims
     for op in chain:    # undo each op, from the root down
         if op.opcode == "transpose":
             perm = op.attrs["dimensions"]
@@ -557,7 +530,7 @@ def _operands_first_all(instrs: list[HloInstruction]) -> list[HloInstruction]:
     order: list[HloInstruction] = []
     seen: set[int] = set()
     for i in instrs:
-        for j in _operands_first(i):
+        for j in operands_first([i]):
             if id(j) in ids and id(j) not in seen:
                 seen.add(id(j))
                 order.append(j)

@@ -41,6 +41,16 @@ def _dim_text(d: Dim) -> str:
     return "?" if bound is None else f"<={bound}"
 
 
+def element_strides(shape: ArrayShape) -> list[int]:
+    """Elements between neighbours along each logical dimension of `shape`'s buffer."""
+    strides = [0] * shape.rank
+    step = 1
+    for d in shape.minor_to_major:
+        strides[d] = step
+        step *= shape.dims[d]
+    return strides
+
+
 def default_layout(rank: int) -> tuple[int, ...]:
     return tuple(range(rank - 1, -1, -1))
 

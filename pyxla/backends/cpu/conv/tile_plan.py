@@ -11,7 +11,7 @@ from math import ceil, prod
 import numpy as np
 
 from ....hlo.instruction import HloInstruction
-from ....hlo.shape import ArrayShape
+from ....hlo.shape import ArrayShape, element_strides
 from ....runtime.memory import aligned_copy
 from ...llvm.convolution import ConvGeometry
 from ...llvm.ir_types import etype
@@ -112,13 +112,7 @@ class TilePlan:
 
 def window_strides(shape: ArrayShape) -> list[int]:
     """Elements between neighbours along each logical dimension of `shape` in memory."""
-    strides = [0] * shape.rank
-    step = 1
-    for d in shape.minor_to_major:
-        strides[d] = step
-        step *= shape.dims[d]
-    return strides
-
+    return element_strides(shape)
 
 def minor_dimension(shape: ArrayShape, dim: int) -> bool:
     """Whether neighbours along `dim` are neighbours in memory."""
