@@ -239,4 +239,6 @@ def test_rule_against_jax(name, args, reference, rng):
     for i, grads in enumerate(grads_seq):
         state, jstate = ours[1](i, grads, state), theirs[1](i, grads, jstate)
     got, want = ours[2](state), theirs[2](jstate)
-    _assert_trees_close(got, pyxla.tree_map(lambda w: np.asarray(w, np.float64), dict(want)), 2e-5, 2e-6)
+    # float32 in both, with differently ordered operations: after the steps an entry's error is
+    # a few ulp of the parameters' scale (about 1), also where the entry itself is near 0
+    _assert_trees_close(got, pyxla.tree_map(lambda w: np.asarray(w, np.float64), dict(want)), 2e-5, 2e-5)
