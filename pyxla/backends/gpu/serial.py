@@ -240,9 +240,7 @@ def _scatter(spec: KernelSpec) -> list[Launch]:
     rank = len(dims)
     window_operand_dims = dn.window_operand_dims(rank)
     window_sizes = tuple(updates[0].shape.dims[d] for d in dn.window_dims)
-    window = [1] * rank
-    for od, size in zip(window_operand_dims, window_sizes):
-        window[od] = size
+    window = dn.scatter_window(rank, updates[0].shape.dims)
 
     def apply(args: KernelArgs) -> None:
         b, e = args.b, args.elemental()

@@ -217,6 +217,14 @@ class IndexingDims:
         dropped = set(self.collapsed_dims) | set(self.operand_batching_dims)
         return tuple(d for d in range(rank) if d not in dropped)
 
+    def scatter_window(self, rank: int, update_dims: Sequence[int]) -> tuple[int, ...]:
+        """A scatter's update window as an extent per operand dimension (1 where the window
+        does not reach: collapsed and batching dims)."""
+        window = [1] * rank
+        for od, d in zip(self.window_operand_dims(rank), self.window_dims):
+            window[od] = update_dims[d]
+        return tuple(window)
+
     def full_starts(self, indices: np.ndarray, operand_rank: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """Every slice's start in the operand, one row per batch position (row-major), and
         the batch shape. Index-mapped dims hold the raw indices (not yet clamped or

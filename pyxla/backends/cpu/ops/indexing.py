@@ -125,9 +125,7 @@ def emit_scatter(ke) -> None:
     rank = len(dims)
     window_operand_dims = dn.window_operand_dims(rank)
     window_sizes = tuple(updates[0].shape.dims[d] for d in dn.window_dims)
-    window = [1] * rank
-    for od, size in zip(window_operand_dims, window_sizes):
-        window[od] = size
+    window = dn.scatter_window(rank, updates[0].shape.dims)
     if any(n < w for n, w in zip(dims, window)):   # an empty operand: no window fits
         return
 
