@@ -75,12 +75,14 @@ def operand_strides(m: int, n: int, k: int, a_transposed: bool, b_transposed: bo
 
 
 def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: tuple, m: int, n: int, k: int,
-                   a_transposed: bool, b_transposed: bool, tasks: int, epilogue=None) -> None:
+                   a_transposed: bool, b_transposed: bool, tasks: int, epilogue=None, m_bound=None) -> None:
     """The products C[p] = A[p] B[p] (p over batch_dims, each [m, n] row-major in out_ptr) on
     the pool in at most `tasks` tasks. epilogue(batch_index, i, j), when given, is emitted
     for each element of a block after the block is computed (the result must then have
     dimensions batch_dims + (m, n)). A tuning database may choose the blocking and the
-    blocks per thread (tuning/params.py GemmParams)."""
+    blocks per thread (tuning/params.py GemmParams). `m_bound` (an i64 value at most m), when
+    given, is the number of rows of each product needed: blocks past it do nothing (the
+    padding rows of a dynamically sized dot, passes/dynamic_padder/bounded_rows.py)."""
     b: ir.IRBuilder = kernel.b
     batch = 1
     for d in batch_dims:
@@ -105,8 +107,14 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
         within = b.urem(f, i64(plan.per_product))
         i0 = b.mul(b.udiv(within, i64(plan.column_blocks)), i64(plan.rows))
         j0 = b.mul(b.urem(within, i64(plan.column_blocks)), i64(plan.columns))
-        rows = smin(b, i64(plan.rows), b.sub(i64(m), i0))
+        rows = smin(b, i64(plan.rows), b.sub(i64(m) if m_bound is None else m_bound, i0))
         columns = smin(b, i64(plan.columns), b.sub(i64(n), j0))
+        if m_bound is None:
+            return product(p, i0, j0, rows, columns, ws)
+        with b.if_then(b.icmp_signed(">", rows, i64(0))):
+            product(p, i0, j0, rows, columns, ws)
+
+    def product(p, i0, j0, rows, columns, ws):
         a = offset(a_ptr, b.add(b.mul(p, i64(m * k)), b.mul(i0, i64(a_rs))))
         bm = offset(b_ptr, b.add(b.mul(p, i64(k * n)), b.mul(j0, i64(b_cs))))
         c = offset(out_ptr, b.add(b.mul(p, i64(m * n)), b.add(b.mul(i0, i64(n)), j0)))
