@@ -1,0 +1,233 @@
+"""Co-tenancy: pyxla in one process with other libraries' thread pools.
+
+    python -m benchmarks.cotenancy [--rounds 5] [--calls 15] [--models squeezenet]
+                                   [--peers numpy torch onnxruntime] [--out benchmarks/results]
+
+People mix libraries in one process: a NumPy matrix product, a torch operation or an
+onnxruntime session run, then a pyxla call. Each of those libraries keeps its worker threads
+spinning for a while after its call returns (OpenBLAS until its thread timeout, about 2^28
+time-stamp ticks; torch's GNU OpenMP for GOMP_SPINCOUNT; onnxruntime's intra-op pool while
+`allow_spinning` is on), and on a machine with few cores those threads take cores from
+pyxla's kernels. This runs, in ONE process, the jitted MLP of benchmarks/workloads.py and
+ONNX light models through pyxla.onnx, each timed
+
+    alone        back to back, no other library called in between
+    numpy        each call right after a NumPy float32 matrix product (OpenBLAS's threads)
+    torch        each call right after a torch matrix product (MKL on torch's OpenMP threads)
+    onnxruntime  each call right after an onnxruntime InferenceSession run of the same model
+                 (of SqueezeNet for the MLP) with default options
+
+in several rounds, the scenarios interleaved within a round and the peers' threads left to
+go to sleep between scenarios (SETTLE_S). For each round the median call of a scenario over
+the median alone call of the same round; the report gives the median of those ratios over
+the rounds and their range. Where the time goes: during each timed pyxla call, the CPU time
+the other libraries' threads used (cores busy, from /proc/self/task/*/schedstat) and the
+CPU time pyxla's own threads got.
+
+The peers are the user's: nothing here changes their settings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+PEERS = ("numpy", "torch", "onnxruntime")
+SETTLE_S = 0.4        # OpenBLAS's threads spin ~0.1 s after a call, onnxruntime's up to ~0.2 s
+PEER_SHAPE = (256, 1024, 1024)   # the peers' matrix product: m, k, n (float32, ~0.5 GFLOP)
+
+
+# --- threads and their CPU time ----------------------------------------------------------------
+
+def thread_ids() -> set[int]:
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def _runtime_ns(tid: int) -> int:
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def cpu_ns(tids) -> int:
+    """Nanoseconds of CPU the threads `tids` have run (0 where /proc is missing)."""
+    return sum(_runtime_ns(t) for t in tids)
+
+
+# --- workloads and peers -------------------------------------------------------------------------
+
+def mlp_workload():
+    """(name, call) for the jitted MLP of the benchmark suite, warmed up."""
+    from .frameworks.pyxla_impl import BUILDERS
+    from .workloads import BY_NAME
+    ins = BY_NAME["mlp"].make_inputs(np.random.default_rng(20261122), 1.0)
+    run = BUILDERS["mlp"](ins)
+    run()
+    return "mlp", run
+
+
+def onnx_workload(name: str):
+    """(name, call, model bytes, feeds) for an ONNX light model through pyxla.onnx, warmed up."""
+    import pyxla.onnx
+
+    from .onnx_models import model_case
+    model_bytes, feeds, _ = model_case(name)
+    model = pyxla.onnx.load(model_bytes)
+    model(feeds)
+    return name, lambda: model(feeds), model_bytes, feeds
+
+
+def make_peer(peer: str, model_bytes: bytes, feeds: dict):
+    """A call of the peer library (its default settings), warmed up."""
+    rng = np.random.default_rng(7)
+    m, k, n = PEER_SHAPE
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    if peer == "numpy":
+        def call():
+            a @ b
+    elif peer == "torch":
+        import torch
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+
+        def call():
+            ta @ tb
+    elif peer == "onnxruntime":
+        import onnxruntime as ort
+        session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+
+        def call():
+            session.run(None, feeds)
+    else:
+        raise ValueError(f"unknown peer library {peer!r}; known: {', '.join(PEERS)}")
+    for _ in range(3):
+        call()
+    return call
+
+
+# --- the measurement -------------------------------------------------------------------------------
+
+def time_calls(run, before, calls: int, own: set[int]) -> dict:
+    """`calls` timed calls of `run`, each right after `before()` (None: back to back): the
+    times, and the cores the other libraries' threads and pyxla's own kept busy during them."""
+    times, foreign_busy, own_busy = [], [], []
+    for _ in range(calls):
+        if before is not None:
+            before()
+        foreign = thread_ids() - own
+        f0, o0 = cpu_ns(foreign), cpu_ns(own)
+        start = time.perf_counter()
+        run()
+        elapsed = time.perf_counter() - start
+        f1, o1 = cpu_ns(foreign), cpu_ns(own)
+        times.append(elapsed)
+        foreign_busy.append((f1 - f0) / 1e9 / elapsed)
+        own_busy.append((o1 - o0) / 1e9 / elapsed)
+    return {"median_s": float(np.median(times)), "times_s": times,
+            "foreign_cores": float(np.median(foreign_busy)), "own_cores": float(np.median(own_busy))}
+
+
+def measure(workloads, peers: dict, rounds: int, calls: int, own: set[int]) -> dict:
+    """Per workload and scenario: every round's median, the ratio to that round's alone
+    median, and the threads' CPU shares."""
+    results: dict = {}
+    for name, run in workloads:
+        by_scenario: dict = {s: [] for s in ("alone", *peers)}
+        for r in range(rounds):
+            order = list(by_scenario)
+            if r % 2:   # alone first, then last: drift within a round does not favour one side
+                order = order[1:] + order[:1]
+            for scenario in order:
+                time.sleep(SETTLE_S)
+                by_scenario[scenario].append(time_calls(run, peers.get(scenario), calls, own))
+        alone = [e["median_s"] for e in by_scenario["alone"]]
+        entry = {}
+        for scenario, per_round in by_scenario.items():
+            ratios = [e["median_s"] / a for e, a in zip(per_round, alone)]
+            entry[scenario] = {
+                "median_s": float(np.median([e["median_s"] for e in per_round])),
+                "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios)),
+                "foreign_cores": float(np.median([e["foreign_cores"] for e in per_round])),
+                "own_cores": float(np.median([e["own_cores"] for e in per_round])),
+                "round_medians_s": [e["median_s"] for e in per_round]}
+        results[name] = entry
+        print(format_lines({name: entry})[-1], flush=True)
+    return results
+
+
+def format_lines(results: dict) -> list[str]:
+    """A markdown table: per workload the alone time, and per peer the ratio (range) and the
+    cores its threads kept busy during pyxla's call."""
+    if not results:
+        return []
+    peers = [s for s in next(iter(results.values())) if s != "alone"]
+    lines = ["| workload | alone | " + " | ".join(f"after {p}" for p in peers) + " |",
+             "|---|---|" + "---|" * len(peers)]
+    for name, entry in results.items():
+        cells = [f"{entry['alone']['median_s'] * 1e3:.2f} ms"]
+        for p in peers:
+            e = entry[p]
+            cells.append(f"{e['ratio']:.2f}x ({e['ratio_min']:.2f}-{e['ratio_max']:.2f}), "
+                         f"peer {e['foreign_cores']:.2f} / pyxla {e['own_cores']:.2f} cores")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def run(rounds: int, calls: int, models: list[str], peers: list[str]) -> dict:
+    before = thread_ids()   # the interpreter's, and OpenBLAS's (NumPy starts them on import)
+    workloads = [mlp_workload()]
+    model_cases = []
+    for model in models:
+        name, call, model_bytes, feeds = onnx_workload(model)
+        workloads.append((name, call))
+        model_cases.append((name, model_bytes, feeds))
+    # pyxla's: the calling thread and those its first calls started (its pool, and the
+    # threads of the BLAS it calls for small products, SciPy's)
+    own = {threading.get_native_id()} | (thread_ids() - before)
+    peer_model = model_cases[0][1:] if model_cases else onnx_case_bytes("squeezenet")
+    # every workload runs after the same peer calls; onnxruntime's runs the first model
+    peer_calls = {p: make_peer(p, *peer_model) for p in peers}
+    results = measure(workloads, peer_calls, rounds, calls, own)
+    try:
+        from threadpoolctl import threadpool_info
+        libraries = [{k: v for k, v in i.items() if k in ("internal_api", "prefix", "version", "num_threads")}
+                     for i in threadpool_info()]
+    except ImportError:
+        libraries = []
+    return {"rounds": rounds, "calls": calls, "peer_matmul": PEER_SHAPE, "settle_s": SETTLE_S,
+            "cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+            "thread_libraries": libraries, "main_thread": threading.get_native_id(), "results": results}
+
+
+def onnx_case_bytes(name: str):
+    from .onnx_models import model_case
+    model_bytes, feeds, _ = model_case(name)
+    return model_bytes, feeds
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=15, help="timed calls per scenario and round")
+    parser.add_argument("--models", nargs="*", default=["squeezenet"], help="ONNX light models (pyxla.onnx)")
+    parser.add_argument("--peers", nargs="*", default=list(PEERS))
+    parser.add_argument("--out", default="benchmarks/results")
+    ns = parser.parse_args(argv)
+    result = run(ns.rounds, ns.calls, ns.models, ns.peers)
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cotenancy.json").write_text(json.dumps(result, indent=1))
+    print("\n".join(format_lines(result["results"])))
+
+
+if __name__ == "__main__":
+    main()
