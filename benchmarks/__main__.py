@@ -8,6 +8,10 @@ BERT-base-shaped, benchmarks/transformer_models.py), pyxla beside onnxruntime
 (benchmarks/onnx_models.py): all of them unless --only picks workloads; --models picks some
 (none: `--models` alone).
 
+Then the co-tenancy scenario (benchmarks/cotenancy.py, in a process of its own): pyxla's jit
+MLP and SqueezeNet alone and right after NumPy, torch and onnxruntime calls in the same
+process, unless --only picks workloads; --cotenancy-rounds 0 skips it.
+
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset in the framework processes (only there):
 these machines set them for old OpenBLAS builds, and they make a current OpenBLAS pick
 slower kernels; a user's machine does not set them. Each process reports its BLAS kernel.
@@ -53,6 +57,8 @@ def main(argv=None) -> None:
     parser.add_argument("--frameworks", nargs="*", default=list(FRAMEWORKS))
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--models", nargs="*", help="ONNX light models to run (default: all, unless --only)")
+    parser.add_argument("--cotenancy-rounds", type=int, default=5,
+                        help="rounds of the co-tenancy scenario (benchmarks/cotenancy.py); 0 skips it")
     parser.add_argument("--out", default="benchmarks/results")
     ns = parser.parse_args(argv)
     out = Path(ns.out)
@@ -67,11 +73,25 @@ def main(argv=None) -> None:
                                  "--budget", str(ns.budget), *(["--only", *ns.only] if ns.only else [])))
     models = ns.models if ns.models is not None else ([] if ns.only else [*MODELS, *TRANSFORMER_MODELS])
     model_runs = _interleaved_model_runs(models, env, out, ns.budget) if models else []
+    cotenancy = _cotenancy_run(env, out, ns.cotenancy_rounds) if ns.cotenancy_rounds > 0 and not ns.only else None
     ceilings_cmd = [sys.executable, "-c",
                     f"import json; from benchmarks.ceilings import ceilings; print(json.dumps(ceilings({ns.scale})))"]
     ceil = json.loads(subprocess.run(ceilings_cmd, env=env, capture_output=True, text=True, check=True).stdout)
     load_after = os.getloadavg()
-    print(write_report(runs, ceil, out, load_before, load_after, model_runs, others_share=others.share()))
+    print(write_report(runs, ceil, out, load_before, load_after, model_runs, others_share=others.share(),
+                       cotenancy=cotenancy))
+
+
+def _cotenancy_run(env: dict, out: Path, rounds: int) -> dict:
+    """benchmarks/cotenancy.py in its own process: its JSON, or why it could not run."""
+    print("running the co-tenancy scenario ...", flush=True)
+    path = out / "cotenancy.json"
+    path.unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.cotenancy", "--rounds", str(rounds), "--out", str(out)],
+                          env=env, capture_output=True, text=True)
+    if proc.returncode != 0 or not path.exists():
+        return {"unavailable": f"process failed: {proc.stderr.strip()[-500:]}"}
+    return json.loads(path.read_text())
 
 
 MODEL_ROUNDS = 2   # rounds of the ONNX models, the frameworks' order reversed in the second

@@ -1,7 +1,8 @@
 """Co-tenancy: pyxla in one process with other libraries' thread pools.
 
     python -m benchmarks.cotenancy [--rounds 5] [--calls 15] [--models squeezenet]
-                                   [--peers numpy torch onnxruntime] [--out benchmarks/results]
+                                   [--peers numpy torch onnxruntime] [--scale 1.0]
+                                   [--out benchmarks/results]
 
 People mix libraries in one process: a NumPy matrix product, a torch operation or an
 onnxruntime session run, then a pyxla call. Each of those libraries keeps its worker threads
@@ -66,11 +67,11 @@ def cpu_ns(tids) -> int:
 
 # --- workloads and peers -------------------------------------------------------------------------
 
-def mlp_workload():
+def mlp_workload(scale: float = 1.0):
     """(name, call) for the jitted MLP of the benchmark suite, warmed up."""
     from .frameworks.pyxla_impl import BUILDERS
     from .workloads import BY_NAME
-    ins = BY_NAME["mlp"].make_inputs(np.random.default_rng(20261122), 1.0)
+    ins = BY_NAME["mlp"].make_inputs(np.random.default_rng(20261122), scale)
     run = BUILDERS["mlp"](ins)
     run()
     return "mlp", run
@@ -182,9 +183,9 @@ def format_lines(results: dict) -> list[str]:
     return lines
 
 
-def run(rounds: int, calls: int, models: list[str], peers: list[str]) -> dict:
+def run(rounds: int, calls: int, models: list[str], peers: list[str], scale: float = 1.0) -> dict:
     before = thread_ids()   # the interpreter's, and OpenBLAS's (NumPy starts them on import)
-    workloads = [mlp_workload()]
+    workloads = [mlp_workload(scale)]
     model_cases = []
     for model in models:
         name, call, model_bytes, feeds = onnx_workload(model)
@@ -193,8 +194,9 @@ def run(rounds: int, calls: int, models: list[str], peers: list[str]) -> dict:
     # pyxla's: the calling thread and those its first calls started (its pool, and the
     # threads of the BLAS it calls for small products, SciPy's)
     own = {threading.get_native_id()} | (thread_ids() - before)
-    peer_model = model_cases[0][1:] if model_cases else onnx_case_bytes("squeezenet")
     # every workload runs after the same peer calls; onnxruntime's runs the first model
+    peer_model = model_cases[0][1:] if model_cases else \
+        onnx_case_bytes("squeezenet") if "onnxruntime" in peers else (b"", {})
     peer_calls = {p: make_peer(p, *peer_model) for p in peers}
     results = measure(workloads, peer_calls, rounds, calls, own)
     try:
@@ -203,7 +205,7 @@ def run(rounds: int, calls: int, models: list[str], peers: list[str]) -> dict:
                      for i in threadpool_info()]
     except ImportError:
         libraries = []
-    return {"rounds": rounds, "calls": calls, "peer_matmul": PEER_SHAPE, "settle_s": SETTLE_S,
+    return {"rounds": rounds, "calls": calls, "scale": scale, "peer_matmul": PEER_SHAPE, "settle_s": SETTLE_S,
             "cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
             "thread_libraries": libraries, "main_thread": threading.get_native_id(), "results": results}
 
@@ -220,9 +222,10 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=15, help="timed calls per scenario and round")
     parser.add_argument("--models", nargs="*", default=["squeezenet"], help="ONNX light models (pyxla.onnx)")
     parser.add_argument("--peers", nargs="*", default=list(PEERS))
+    parser.add_argument("--scale", type=float, default=1.0, help="the MLP's dimensions times this")
     parser.add_argument("--out", default="benchmarks/results")
     ns = parser.parse_args(argv)
-    result = run(ns.rounds, ns.calls, ns.models, ns.peers)
+    result = run(ns.rounds, ns.calls, ns.models, ns.peers, ns.scale)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cotenancy.json").write_text(json.dumps(result, indent=1))

@@ -8,6 +8,7 @@ import platform
 import time
 from pathlib import Path
 
+from .cotenancy import format_lines as cotenancy_lines
 from .workloads import WORKLOADS
 
 
@@ -87,13 +88,26 @@ def _failures(runs: list[dict]) -> list[str]:
     return lines
 
 
+def _cotenancy_section(cotenancy: dict | None) -> list[str]:
+    if not cotenancy:
+        return []
+    head = ["", "Co-tenancy (one process; pyxla's time right after another library's call over its time alone, "
+            "median of the rounds (range); the cores that library's threads and pyxla's kept busy during "
+            "pyxla's call; benchmarks/cotenancy.py):", ""]
+    if "unavailable" in cotenancy:
+        return head + [f"not run ({cotenancy['unavailable'][:200]})"]
+    return head + cotenancy_lines(cotenancy["results"]) + [
+        "", f"{cotenancy['rounds']} rounds of {cotenancy['calls']} calls per scenario, on {cotenancy['cores']} cores."]
+
+
 BUSY_SHARE = 0.1   # other processes using more than this share of the CPUs make a run "busy"
 
 
 def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_after,
-                 model_runs: list[dict] = (), others_share: float | None = None) -> str:
+                 model_runs: list[dict] = (), others_share: float | None = None,
+                 cotenancy: dict | None = None) -> str:
     """others_share: the CPU share other processes used during the run (None: unknown, and
-    the load average before the run decides)."""
+    the load average before the run decides). cotenancy: benchmarks/cotenancy.py's result."""
     table = summarize(runs)
     names = [r["framework"] for r in runs]
     if others_share is not None:
@@ -131,6 +145,7 @@ def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_
     lines += ["", "BLAS in each framework's process (threadpoolctl):", ""]
     lines += [f"- {r['framework']}: {_blas_text(r.get('blas'))}" for r in runs if "blas" in r]
     lines += _model_lines(list(model_runs))
+    lines += _cotenancy_section(cotenancy)
     lines += _failures(runs) + _failures(list(model_runs))
     markdown = "\n".join(lines) + "\n"
     (out / "report.md").write_text(markdown)
@@ -138,7 +153,8 @@ def write_report(runs: list[dict], ceilings: dict, out: Path, load_before, load_
         k: {"best_peer": v["best_peer"], "pyxla_over_best_peer": v["pyxla_over_best_peer"]} for k, v in table.items()},
         "onnx_models": {"runs": list(model_runs), "summary": {
             k: v["pyxla_over_onnxruntime"] for k, v in summarize_models(list(model_runs)).items()}},
-        "load_average": [load_before, load_after], "others_cpu_share": others_share}, indent=1, default=str))
+        "cotenancy": cotenancy, "load_average": [load_before, load_after], "others_cpu_share": others_share},
+        indent=1, default=str))
     ratios = {k: v["pyxla_over_best_peer"] for k, v in table.items()}
     ratios.update({f"onnx {k}": v["pyxla_over_onnxruntime"] for k, v in summarize_models(list(model_runs)).items()})
     _chart(ratios, out / "ratios.png")

@@ -147,3 +147,18 @@ def test_a_wrong_pyxla_result_gets_no_ratio():
     models = [{"framework": "pyxla", "results": {"m": {"median_s": 1.0, "correct": False}}},
               {"framework": "onnxruntime", "results": {"m": {"median_s": 2.0}}}]
     assert summarize_models(models)["m"]["pyxla_over_onnxruntime"] is None
+
+
+def test_cotenancy_scenario_times_pyxla_after_another_librarys_call(tmp_path):
+    from benchmarks.cotenancy import run
+    from benchmarks.report import write_report
+
+    result = run(rounds=2, calls=2, models=[], peers=["numpy"], scale=0.05)
+    mlp = result["results"]["mlp"]
+    assert set(mlp) == {"alone", "numpy"}
+    assert mlp["alone"]["ratio"] == 1.0 and mlp["numpy"]["ratio"] > 0
+    assert mlp["numpy"]["ratio_min"] <= mlp["numpy"]["ratio"] <= mlp["numpy"]["ratio_max"]
+    assert mlp["numpy"]["foreign_cores"] >= 0 and mlp["numpy"]["own_cores"] >= 0
+    report = write_report([], {"copy_gb_per_s": 1, "triad_gb_per_s": 1, "sgemm_gflops": 1}, tmp_path,
+                          (0, 0, 0), (0, 0, 0), cotenancy=result)
+    assert "| workload | alone | after numpy |" in report and "| mlp |" in report
