@@ -35,8 +35,9 @@ def refused(name: str, level: str) -> bool:
 def test_case_on_gpu_sim_and_ptxas(case_dir, level, tmp_path):
     case = load_case(case_dir)
     try:
-        compiled = compile_module(parse_module(case.hlo_text(level)))
-        kernel_ir(compiled, "host")
+        module = parse_module(case.hlo_text(level))
+        compiled = compile_module(module.clone())
+        executable = SIM_BACKEND.compile(module, compiled=compiled)
     except GpuUnsupported as e:
         assert refused(case.name, level), f"newly refused: {e}"
         assert "the GPU backend cannot" in str(e)
@@ -44,7 +45,7 @@ def test_case_on_gpu_sim_and_ptxas(case_dir, level, tmp_path):
             assert f"emit {REFUSED[case.name]} " in str(e)
         return
     assert not refused(case.name, level), "compiles now: remove it from REFUSED"
-    problems = run_case(case, level, lambda text, inputs: SIM_BACKEND.compile(parse_module(text)).run_flat(inputs))
+    problems = run_case(case, level, lambda text, inputs: executable.run_flat(inputs))
     assert not problems, "\n".join(problems)
     if PTXAS:
         ptx = compile_ptx(kernel_ir(compiled, "ptx")[0], "sm_90")

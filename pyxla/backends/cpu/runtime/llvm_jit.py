@@ -73,16 +73,18 @@ class LlvmJit:
         # what each fused multiply-add does.
         self.vector_bytes = 64 if wide else 32
 
-    def pipeline_options(self) -> llvm.PipelineTuningOptions:
-        """LLVM's O3 pipeline with the loop and SLP vectorisers and loop unrolling on."""
-        pto = llvm.PipelineTuningOptions(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
+    def pipeline_options(self, speed_level: int = 3) -> llvm.PipelineTuningOptions:
+        """LLVM's O3 pipeline with the loop and SLP vectorisers and loop unrolling on; a lower
+        `speed_level` (code whose speed does not matter, such as gpu-sim's emulation) runs
+        that level's pipeline without them."""
+        pto = llvm.PipelineTuningOptions(speed_level=speed_level)
+        pto.loop_vectorization = speed_level >= 2
+        pto.slp_vectorization = speed_level >= 2
+        pto.loop_unrolling = speed_level >= 2
         return pto
 
-    def optimise(self, module: llvm.ModuleRef) -> None:
-        pb = llvm.create_pass_builder(self.target_machine, self.pipeline_options())
+    def optimise(self, module: llvm.ModuleRef, speed_level: int = 3) -> None:
+        pb = llvm.create_pass_builder(self.target_machine, self.pipeline_options(speed_level))
         pm = pb.getModulePassManager()
         pm.run(module, pb)
 
@@ -93,17 +95,19 @@ class LlvmJit:
         tagged = re.sub(r"^(define [^\n]*?)\s*\{$", r"\1 #4242 {", ir_text, flags=re.MULTILINE)
         return f"{tagged}\nattributes #4242 = {{ {self.function_attributes} }}\n"
 
-    def _optimised(self, ir_text: str) -> llvm.ModuleRef:
+    def _optimised(self, ir_text: str, speed_level: int) -> llvm.ModuleRef:
         module = llvm.parse_assembly(self.with_host_attributes(ir_text))
         module.verify()
-        self.optimise(module)
+        self.optimise(module, speed_level)
         return module
 
-    def compile(self, ir_text: str, want_assembly: bool = False, functions: tuple[str, ...] = ()) -> CompiledIr:
-        """Optimise and load a module; the addresses of `functions` are resolved under the
-        engine's lock, so a module another thread adds at the same time cannot shadow them."""
+    def compile(self, ir_text: str, want_assembly: bool = False, functions: tuple[str, ...] = (),
+                speed_level: int = 3) -> CompiledIr:
+        """Optimise (pipeline_options(speed_level)) and load a module; the addresses of
+        `functions` are resolved under the engine's lock, so a module another thread adds at
+        the same time cannot shadow them."""
         start = time.perf_counter()
-        module = self._optimised(ir_text)
+        module = self._optimised(ir_text, speed_level)
         optimised = str(module) if want_assembly else ""
         # The assembly is printed from a copy: LLVM's code generator rewrites the IR it is
         # given (CodeGenPrepare), and the engine compiling that rewritten module again made
