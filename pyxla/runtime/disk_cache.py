@@ -139,9 +139,11 @@ def _open_directory(folder: Path, create: bool) -> int | None:
     return fd
 
 
-def load(kind: str, key: str) -> bytes | None:
+def load(kind: str, key: str, aligned: bool = False):
     """The payload stored under (kind, key), or None when there is none or it cannot be
-    trusted (then a CacheWarning says why, and it is deleted when it is ours)."""
+    trusted (then a CacheWarning says why, and it is deleted when it is ours). `aligned`:
+    the payload as a 64-byte aligned NumPy uint8 array read straight into place (large
+    entries: arrays viewed in it need no copy), else bytes."""
     path = entry_path(kind, key)
     if path is None:
         return None
@@ -149,12 +151,12 @@ def load(kind: str, key: str) -> bytes | None:
     if dir_fd is None:
         return None
     try:
-        return _load_from(dir_fd, path, kind, key)
+        return _load_from(dir_fd, path, kind, key, aligned)
     finally:
         os.close(dir_fd)
 
 
-def _load_from(dir_fd: int, path: Path, kind: str, key: str) -> bytes | None:
+def _load_from(dir_fd: int, path: Path, kind: str, key: str, aligned: bool = False):
     try:
         fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -171,8 +173,8 @@ def _load_from(dir_fd: int, path: Path, kind: str, key: str) -> bytes | None:
             return None
         problem = _entry_problem(st)
         if problem is None:
-            raw = _read_all(fd, st.st_size)
-            problem = _damage(raw, kind, key)
+            raw = _read_aligned(fd, st.st_size) if aligned else _read_all(fd, st.st_size)
+            problem = _damage(memoryview(raw), kind, key)
         if problem is None:
             try:
                 os.utime(fd)   # the entry's time is its last use: eviction goes oldest first
@@ -231,6 +233,22 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def _read_aligned(fd: int, size: int):
+    """The file's bytes in a 64-byte aligned array (the header is 128 bytes, so the payload
+    is aligned too), read into place; one byte more is asked for, so a file that grew shows."""
+    import numpy as np
+
+    from .memory import aligned_empty
+    raw = aligned_empty(size + 1, np.uint8)
+    view, at = memoryview(raw), 0
+    while at < size + 1:
+        n = os.readv(fd, [view[at:]])
+        if n == 0:
+            break
+        at += n
+    return raw[:at]
+
+
 def _reject(dir_fd: int, path: Path, problem: str, st: os.stat_result | None = None) -> None:
     """Report an entry that cannot be used; delete it when it is ours."""
     try:
@@ -248,7 +266,7 @@ _OLD_FORMAT = "written by an earlier version"
 
 def _damage(raw: bytes, kind: str, key: str) -> str | None:
     """What is wrong with an entry's bytes (for this kind and key), or None."""
-    if raw[:8] in OLD_MAGICS:
+    if bytes(raw[:8]) in OLD_MAGICS:
         return _OLD_FORMAT
     if len(raw) < _HEADER.size:
         return f"damaged ({len(raw)} bytes, shorter than the header)"
@@ -264,23 +282,29 @@ def _damage(raw: bytes, kind: str, key: str) -> str | None:
     return None
 
 
-def store(kind: str, key: str, payload: bytes) -> None:
-    """Keep `payload` under (kind, key), then evict the least recently used entries past the
-    size limit; a cache that cannot be written is skipped with one CacheWarning per
-    directory and process."""
+def store(kind: str, key: str, payload) -> bool:
+    """Keep `payload` (bytes, or a list of bytes-like parts written one after another) under
+    (kind, key), then evict the least recently used entries past the size limit; whether it
+    was kept. A cache that cannot be written is skipped with one CacheWarning per directory
+    and process."""
+    parts = [payload] if isinstance(payload, (bytes, bytearray, memoryview)) else list(payload)
+    length = sum(memoryview(p).nbytes for p in parts)
     path = entry_path(kind, key)
-    if path is None or len(payload) > max_bytes():
-        return
+    if path is None or length > max_bytes():
+        return False
     dir_fd = _open_directory(path.parent, create=True)
     if dir_fd is None:
-        return
+        return False
     try:
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part)
         fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{kind}-", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(_HEADER.pack(MAGIC, kind.encode()[:16], key.encode()[:64], len(payload),
-                                     hashlib.sha256(payload).digest()))
-                f.write(payload)
+                f.write(_HEADER.pack(MAGIC, kind.encode()[:16], key.encode()[:64], length, digest.digest()))
+                for part in parts:
+                    f.write(part)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temporary, path)
@@ -288,9 +312,11 @@ def store(kind: str, key: str, payload: bytes) -> None:
             os.unlink(temporary)
             raise
         evict(dir_fd, path.parent, keep=path.name)
+        return True
     except OSError as e:
         _warn_once("unwritable", path.parent, f"cannot write to {path.parent} ({e}); set PYXLA_CACHE_DIR to a "
                    "writable directory, or to nothing to turn the cache off")
+        return False
     finally:
         os.close(dir_fd)
 

@@ -74,6 +74,7 @@ class CpuBackend:
         sizes = [b.size for b in codegen.output_buffers]
         executable = CpuExecutable(module, native.loaded.addresses[native.entry], codegen.outputs, sizes,
                                    native.arena_size, native.loaded, forms)
+        executable.cache_key = native.key   # (the ONNX load index names the code by it)
         profile = codegen.profile
         if profile:
             profile.attach(*(native.loaded.addresses[name] for name in (profile.counters_name, profile.clock_name)),

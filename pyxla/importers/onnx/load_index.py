@@ -1,24 +1,30 @@
 """The ONNX load index: what a warm process needs to run a model it has compiled before,
-found before anything is imported or traced (docs/cache.md#the-onnx-load-index).
+found before anything is imported, traced or parsed (docs/cache.md#the-onnx-load-index).
 
-Two kinds of entries in the disk cache (runtime/disk_cache.py, same directory, same
+Three kinds of entries in the disk cache (runtime/disk_cache.py, same directory, same
 trust rules):
 
-- "onnx-model", keyed by the SHA-256 of the model's bytes, the load options (backend,
-  check) and what decides the optimised module besides the model (pyxla's version and
-  source hash, the PYXLA_* settings): the model loaded and checked with this pyxla, and the
-  inputs it compiles for by value. When it is present `load` skips onnx.checker and the
-  graph walk's checks (the same bytes passed them with the same code).
+- "onnx-model", keyed by the SHA-256 of the model's bytes (the file as given, when it
+  keeps no data outside it; else the model serialised with its external data read in),
+  the load options (backend, check) and what decides the optimised module besides the
+  model (pyxla's version and source hash, the PYXLA_* settings): the model loaded and
+  checked with this code, its inputs and outputs as declared, and the inputs it compiles
+  for by value. With it `load` neither parses the protobuf nor imports onnx (the model is
+  parsed only if a call must trace).
 - "onnx-call", keyed by the model entry's key and the input signature (each input's
-  shape and dtype, and the bytes' hash of an input compiled for by value): the optimised,
-  scheduled module's text (parsed again, never imported or optimised again), the parameter
-  order, how each weight parameter is made (an initializer, a fill value, or raw bytes kept
-  as an "onnx-weights" entry), the constant parameters and how each output is assembled.
-  The executable's object code comes from the executable cache under the key its module
-  text gives (backends/cpu/runtime/executable_cache.py), so LLVM does not run either.
+  shape and dtype, and the bytes' hash of an input compiled for by value): the
+  executable's key in the executable cache with its output plan and the parameters' and
+  outputs' shapes (backends/cpu/runtime/executable_cache.py: describe_executable), the
+  parameter order, how each output is assembled, and each weight parameter as the
+  executable takes it (packed into its form): one repeated value, a few runs of values,
+  or raw bytes in the call's "onnx-weights" entry.
+- "onnx-weights", under the call's key: those raw weights one after another, each at a
+  64-byte aligned offset, read straight into place and used where they lie.
 
-Entries are JSON and raw bytes, validated on read; anything unexpected is a CacheWarning,
-the entry is deleted and the model is imported and compiled as on a cold start.
+A hit is: hash the model, read the model and call entries, load the executable's object,
+bind the weights, run; no HLO text is parsed or printed and LLVM does not run. Entries
+are JSON and raw bytes, validated on read; anything unexpected is a CacheWarning, the
+entry is deleted and the model is imported and compiled as on a cold start.
 """
 from __future__ import annotations
 
@@ -38,7 +44,9 @@ from ...runtime.memory import aligned_empty
 MODEL_KIND = "onnx-model"
 CALL_KIND = "onnx-call"
 WEIGHTS_KIND = "onnx-weights"
-FORMAT = "onnx-index-1"
+FORMAT = "onnx-index-2"
+RUNS_LIMIT = 64                  # a packed weight of at most this many runs of one value is kept as runs
+ALIGN = 64
 PROTOBUF_LIMIT = 2 ** 31 - 1     # a larger model cannot be serialised to be hashed: not indexed
 # settings that never change the optimised module (where the cache is, what is printed)
 _NEUTRAL_SETTINGS = ("PYXLA_CACHE_DIR", "PYXLA_CACHE_MAX_BYTES", "PYXLA_DEBUG")
@@ -55,16 +63,21 @@ def enabled(backend: str, dynamic: bool) -> bool:
             and not os.environ.get("PYXLA_DUMP") and not os.environ.get("PYXLA_PROFILE"))
 
 
-def model_key(model_bytes: bytes, backend: str, check: bool) -> str:
+def model_key(model_bytes, backend: str, check: bool) -> str:
+    """The model entry's key: the model's bytes (hashed where they lie, no copy) and what
+    else decides its optimised module."""
     settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("PYXLA_") and k not in _NEUTRAL_SETTINGS)
-    return disk_cache.make_key(FORMAT, hashlib.sha256(model_bytes).hexdigest(), backend, str(check), repr(settings),
+    return disk_cache.make_key(FORMAT, hashlib.sha256(memoryview(model_bytes)).hexdigest(), backend, str(check),
+                               repr(settings),
                                str(getattr(sys.modules.get("pyxla"), "__version__", "")), source_fingerprint())
 
 
 # --- the model entry ------------------------------------------------------------------------
 
 def load_model_entry(key: str) -> dict | None:
-    """The model entry's contents ({"static_inputs": [...]}) or None."""
+    """The model entry's contents ({"static_inputs": [...], "model": {...} or None}) or None.
+    "model" (the declared inputs and outputs, onnx_model.describe_model) is there when the
+    key is the file's own bytes, so the model need not be parsed."""
     payload = disk_cache.load(MODEL_KIND, key)
     if payload is None:
         return None
@@ -75,14 +88,21 @@ def load_model_entry(key: str) -> dict | None:
         static = meta["static_inputs"]
         if not isinstance(static, list) or not all(isinstance(n, str) for n in static):
             raise BadEntry("static_inputs is not a list of names")
-        return {"static_inputs": static}
+        model = meta.get("model")
+        if model is not None and not isinstance(model, dict):
+            raise BadEntry("its model description is not an object")
+        return {"static_inputs": static, "model": model}
     except (ValueError, KeyError, TypeError) as e:
         disk_cache.discard(MODEL_KIND, key, f"unusable ({e})")
         return None
 
 
-def store_model_entry(key: str, static_inputs) -> None:
-    meta = {"format": FORMAT, "static_inputs": sorted(static_inputs)}
+def discard_model_entry(key: str, problem: str) -> None:
+    disk_cache.discard(MODEL_KIND, key, problem)
+
+
+def store_model_entry(key: str, static_inputs, model: dict | None = None) -> None:
+    meta = {"format": FORMAT, "static_inputs": sorted(static_inputs), "model": model}
     disk_cache.store(MODEL_KIND, key, json.dumps(meta, sort_keys=True).encode())
 
 
@@ -111,21 +131,42 @@ def call_key(model: str, signature: list) -> str:
 
 # --- writing a call entry ---------------------------------------------------------------------
 
-def weight_recipe(weight: np.ndarray, initializers: dict[str, np.ndarray], call: str, number: int) -> dict:
-    """How to make `weight` again without importing the graph: an initializer with the same
-    bytes, one value repeated, or its bytes kept in the cache."""
+def weight_recipe(weight: np.ndarray, offset: int) -> tuple[dict, np.ndarray | None]:
+    """How to make the (packed) weight again: one value repeated, a few runs of values, or
+    its bytes at `offset` of the weights entry; (recipe, the bytes to keep there or None)."""
     base = {"shape": list(weight.shape), "dtype": from_numpy_dtype(weight.dtype).name}
     raw = np.ascontiguousarray(weight).view(np.uint8).reshape(-1)
-    for name, init in initializers.items():
-        if init.shape == weight.shape and init.dtype == weight.dtype and \
-                np.array_equal(np.ascontiguousarray(init).view(np.uint8).reshape(-1), raw):
-            return {**base, "initializer": name}
-    items = raw.reshape(weight.size, weight.dtype.itemsize) if weight.size else raw.reshape(0, 1)
-    if weight.size and (items == items[0]).all():
-        return {**base, "fill": items[0].tobytes().hex()}
-    key = disk_cache.make_key(call, "weight", str(number))
-    disk_cache.store(WEIGHTS_KIND, key, raw.tobytes())
-    return {**base, "stored": key}
+    width = weight.dtype.itemsize
+    if weight.size and width in (1, 2, 4, 8):
+        items = raw.view(f"u{width}")
+        sample = items[:1 << 16]
+        if np.count_nonzero(sample[1:] != sample[:-1]) < RUNS_LIMIT:
+            changes = np.flatnonzero(items[1:] != items[:-1])
+            if len(changes) < RUNS_LIMIT:
+                starts = [0, *(int(c) + 1 for c in changes)]
+                return {**base, "runs": [[items[k:k + 1].view(np.uint8).tobytes().hex(), k] for k in starts]}, None
+    return {**base, "stored": offset, "nbytes": int(raw.size)}, raw
+
+
+def store_call_entry(key: str, signature: list, executable: dict, traced_inputs, weights: list,
+                     outputs: dict[str, Any]) -> bool:
+    """Keep the call entry and its weights entry; `weights` are the arrays (or FormedArguments)
+    passed after the traced inputs. False when an entry could not be kept."""
+    recipes, parts, offset = [], [], 0
+    for w in weights:
+        formed = not isinstance(w, np.ndarray)
+        recipe, raw = weight_recipe(w.array if formed else w, offset)
+        recipes.append({**recipe, "formed": formed})
+        if raw is not None:
+            pad = -raw.size % ALIGN
+            parts += [raw, bytes(pad)]
+            offset += raw.size + pad
+    if parts and not disk_cache.store(WEIGHTS_KIND, key, parts):
+        return False
+    meta = {"format": FORMAT, "signature": signature, "traced_inputs": [[n, i] for n, i in traced_inputs],
+            "executable": executable, "weights": recipes,
+            "outputs": {name: output_recipe(layout) for name, layout in outputs.items()}}
+    return disk_cache.store(CALL_KIND, key, json.dumps(meta, sort_keys=True).encode())
 
 
 def output_recipe(layout: Any) -> Any:
@@ -141,67 +182,69 @@ def output_recipe(layout: Any) -> Any:
                       "bytes": np.ascontiguousarray(array).tobytes().hex()}]
 
 
-def store_call_entry(key: str, signature: list, module_text: str, traced_inputs, first: int,
-                     weights: list[dict], outputs: dict[str, Any]) -> None:
-    meta = {"format": FORMAT, "signature": signature, "traced_inputs": [[n, i] for n, i in traced_inputs],
-            "first_weight": first, "weights": weights,
-            "outputs": {name: output_recipe(layout) for name, layout in outputs.items()}}
-    header = json.dumps(meta, sort_keys=True).encode()
-    disk_cache.store(CALL_KIND, key, len(header).to_bytes(8, "little") + header + module_text.encode())
-
-
 # --- reading a call entry ---------------------------------------------------------------------
 
-def load_call_entry(key: str, signature: list, output_names: list[str]) -> tuple[dict, str] | None:
-    """(metadata, module text) of the call entry, validated, or None."""
+def load_call_entry(key: str, signature: list, output_names: list[str]) -> dict | None:
+    """The call entry's metadata, validated, or None."""
     payload = disk_cache.load(CALL_KIND, key)
     if payload is None:
         return None
     try:
-        length = int.from_bytes(payload[:8], "little")
-        if length > len(payload) - 8:
-            raise BadEntry("its metadata runs past the entry")
-        meta = json.loads(payload[8:8 + length])
-        text = payload[8 + length:].decode()
+        meta = json.loads(payload)
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise BadEntry("not an entry of this format")
         if meta["signature"] != signature:
             raise BadEntry("it is for another input signature")
         if sorted(meta["outputs"]) != sorted(output_names):
             raise BadEntry("it is for other outputs")
-        traced = [(str(n), None if i is None else int(i)) for n, i in meta["traced_inputs"]]
-        if int(meta["first_weight"]) != len(traced) or not isinstance(meta["weights"], list):
+        meta["traced_inputs"] = [(str(n), None if i is None else int(i)) for n, i in meta["traced_inputs"]]
+        if not isinstance(meta["weights"], list) or not isinstance(meta["executable"], dict):
             raise BadEntry("its parameters do not add up")
-        meta["traced_inputs"] = traced
-        return meta, text
+        return meta
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         disk_cache.discard(CALL_KIND, key, f"unusable ({e})")
         return None
 
 
-def make_weight(recipe: dict, initializer) -> np.ndarray:
-    """The weight a recipe describes, 64-byte aligned; `initializer(name)` gives an
-    initializer's array. A BadEntry when the recipe cannot be followed."""
+def make_weights(recipes: list[dict], key: str) -> list:
+    """The weights the recipes describe, each 64-byte aligned, as the executable takes them
+    (a FormedArgument for a packed one); kept bytes are views of the weights entry, read
+    once. A BadEntry when a recipe cannot be followed."""
+    from ...backends.cpu.runtime.executable import FormedArgument
+    kept = None
+    if any("stored" in r for r in recipes):
+        kept = disk_cache.load(WEIGHTS_KIND, key, aligned=True)
+        if kept is None:
+            raise BadEntry("its weights entry is missing")
+    weights = []
+    for recipe in recipes:
+        w = make_weight(recipe, kept)
+        weights.append(FormedArgument(w) if recipe.get("formed") else w)
+    return weights
+
+
+def make_weight(recipe: dict, kept: np.ndarray | None) -> np.ndarray:
     dtype = element_type(recipe["dtype"]).np_dtype
     shape = tuple(int(d) for d in recipe["shape"])
     if any(d < 0 for d in shape):
         raise BadEntry("a weight of negative size")
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if "stored" in recipe:
+        at = int(recipe["stored"])
+        if kept is None or at % ALIGN or at < 0 or int(recipe["nbytes"]) != size or at + size > kept.size:
+            raise BadEntry("a kept weight lies outside its weights entry or is of the wrong size")
+        return kept[at:at + size].view(dtype).reshape(shape)
     out = aligned_empty(shape, dtype)
-    if "initializer" in recipe:
-        init = initializer(recipe["initializer"])
-        if init is None or init.shape != shape or init.dtype != dtype:
-            raise BadEntry(f"initializer {recipe['initializer']!r} is not the weight it describes")
-        out[...] = init
-    elif "fill" in recipe:
-        item = bytes.fromhex(recipe["fill"])
-        if len(item) != dtype.itemsize:
-            raise BadEntry("a fill value of the wrong size")
-        out.reshape(-1).view(np.uint8).reshape(-1, dtype.itemsize)[...] = np.frombuffer(item, np.uint8)
-    else:
-        raw = disk_cache.load(WEIGHTS_KIND, str(recipe["stored"]))
-        if raw is None or len(raw) != out.nbytes:
-            raise BadEntry("a kept weight is missing or of the wrong size")
-        out.reshape(-1).view(np.uint8)[...] = np.frombuffer(raw, np.uint8)
+    runs = recipe["runs"]
+    if dtype.itemsize not in (1, 2, 4, 8) or not runs or runs[0][1] != 0 or len(runs) > RUNS_LIMIT:
+        raise BadEntry("a weight's runs are not runs of this code")
+    items = out.reshape(-1).view(f"u{dtype.itemsize}")      # (filled as unsigned words: bit for bit)
+    ends = [int(r[1]) for r in runs[1:]] + [items.size]
+    for (value, begin), end in zip(runs, ends):
+        item = bytes.fromhex(value)
+        if len(item) != dtype.itemsize or not 0 <= int(begin) < end <= items.size:
+            raise BadEntry("a weight's run is of the wrong size or out of order")
+        items[int(begin):end] = np.frombuffer(item, items.dtype)[0]
     return out
 
 

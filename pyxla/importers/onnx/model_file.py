@@ -33,6 +33,14 @@ def load_model(source, base_dir: str | os.PathLike | None = None, check: bool = 
     `base_dir` is the directory external data files are read from; for a path it defaults
     to the file's directory, for bytes or a ModelProto there is none (a model that refers
     to external data must then be given by path or with base_dir)."""
+    model, _ = read_model(source, base_dir)
+    if check:
+        check_model(model)
+    return model
+
+
+def read_model(source, base_dir: str | os.PathLike | None = None):
+    """(the model in `source` with external data read in, whether it had any), unchecked."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -61,10 +69,9 @@ def load_model(source, base_dir: str | os.PathLike | None = None, check: bool = 
             raise OnnxImportError(f"{what} is not an ONNX model (protobuf decoding failed: {e})") from None
         if not model.HasField("graph"):
             raise OnnxImportError(f"{what} is not an ONNX model: it has no graph")
+    external = has_external_data(model)
     load_external_data(model, base_dir)
-    if check:
-        check_model(model)
-    return model
+    return model, external
 
 
 def check_model(model) -> None:
@@ -184,6 +191,11 @@ def _node_tensors(node) -> Iterator:
             yield from _graph_tensors(attr.g)
         for g in attr.graphs:
             yield from _graph_tensors(g)
+
+
+def has_external_data(model) -> bool:
+    """Whether any tensor of the model keeps its data in another file."""
+    return any(t.data_location == t.EXTERNAL for t in model_tensors(model))
 
 
 def tensor_to_array(tensor, what: str | None = None) -> np.ndarray:

@@ -27,31 +27,22 @@ import time
 from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...backends import get_backend
-from ...compiler import CompiledModule
 from ...errors import ArgumentError, PyxlaError
-from ...frontend.jit import jit
-from ...frontend.polymorphic import PolymorphicFunction
-from ...frontend.pytree import tree_flatten, tree_leaves, tree_unflatten
-from ...frontend.tracing import Tracer
-from ...fusion.buffer_assignment import assign_buffers
-from ...hlo.instruction import HloInstruction
-from ...hlo.module import HloModule
-from ...hlo.parser import parse_module
-from ...hlo.printer import print_module
-from ...hlo.shape import ArrayShape
-from ...hlo.types import from_numpy_dtype
 from ...runtime import disk_cache
-from ...runtime.memory import aligned_copy
 from . import load_index
-from .importer import GraphImporter
-from .model_file import tensor_to_array
 from .registry import NeedsKnownValue, OnnxImportError
-from .symbolic_sizes import as_traced, is_sizes
+
+if TYPE_CHECKING:
+    from ...frontend.polymorphic import PolymorphicFunction
+    from ...hlo.module import HloModule
+    from .importer import GraphImporter
+
+# (The tracer, the importer's converters and the compiler are imported where a call traces:
+# a model served by the load index never needs them.)
 
 # Constants with at least this many elements become parameters of the executable. On
 # ResNet-50, embedding every weight as a constant made compilation slower (every pass that
@@ -85,7 +76,7 @@ class CompiledSignature:
     executable: Any
     module: HloModule | None     # as traced, weights as parameters (before optimisation); None when
                                  # made from the load index (hlo_text traces again)
-    optimized: HloModule         # as it runs
+    optimized: HloModule | None  # as it runs (None when made from the load index)
     # the arrays passed to the executable, in parameter order: (input name, element index
     # in a sequence input or None)
     traced_inputs: list[tuple[str, int | None]]
@@ -103,30 +94,46 @@ class OnnxModel:
 
     def __init__(self, proto, backend: str | None = None, dynamic: bool = False,
                  shape_constraints: tuple[str, ...] = (), size_buckets: Mapping[str, Any] | None = None,
-                 index_key: str | None = None, known: dict | None = None):
+                 index_key: str | None = None, known: dict | None = None, reload=None):
         """`index_key`: the model's key in the load index (load_index.py), when it serves this
         model; `known`: its model entry, when this model was imported before with this code
-        (the graph walk's checks are then skipped, and made only when a call must trace)."""
-        self.proto = proto
+        (the graph walk's checks are then skipped, and made only when a call must trace).
+        `proto` may be None when the entry describes the model's inputs and outputs; then
+        `reload()` parses it, the first time it is needed."""
+        self._proto = proto
+        self._reload = reload
         self.backend = backend
         self.dynamic = dynamic
-        graph = proto.graph
-        if len(graph.sparse_initializer):
-            raise OnnxImportError(f"sparse initializer {graph.sparse_initializer[0].values.name!r} is not supported")
         self._initializers: dict[str, np.ndarray] | None = None
         self._importer: GraphImporter | None = None
-        specs = [_input_spec(v) for v in graph.input]
+        described = known.get("model") if known else None
+        if proto is None and described is None:
+            raise ValueError("OnnxModel needs the model, or a load index entry that describes it")
+        if proto is not None and len(proto.graph.sparse_initializer):
+            raise OnnxImportError(f"sparse initializer {proto.graph.sparse_initializer[0].values.name!r} "
+                                  "is not supported")
         if known is None:   # refuse what cannot be imported, now
+            from .importer import GraphImporter
             self._initializers = self.initializers
             self._importer = GraphImporter(proto)
-        initialized = {t.name for t in graph.initializer}
-        self.inputs = [s for s in specs if s.name not in initialized]
-        # Inputs with an initializer (IR version 3 lists every weight as an input) may be fed
-        # to replace the initializer; otherwise the initializer is their value.
-        self.overridable = {s.name: s for s in specs if s.name in initialized}
+        if described is not None:
+            self.inputs = [spec_from_json(s) for s in described["inputs"]]
+            self.overridable = {s.name: s for s in (spec_from_json(d) for d in described["overridable"])}
+            self.output_names = [str(n) for n in described["outputs"]]
+        else:
+            graph = proto.graph
+            specs = [_input_spec(v) for v in graph.input]
+            initialized = {t.name for t in graph.initializer}
+            self.inputs = [s for s in specs if s.name not in initialized]
+            # Inputs with an initializer (IR version 3 lists every weight as an input) may be
+            # fed to replace the initializer; otherwise the initializer is their value.
+            self.overridable = {s.name: s for s in specs if s.name in initialized}
+            self.output_names = [o.name for o in graph.output]
         self.index_key = index_key
+        # whether the model entry may describe the model (its key is the file's own bytes,
+        # so a warm load need not parse it): set by load
+        self.index_describes = False
         self.input_names = [s.name for s in self.inputs]
-        self.output_names = [o.name for o in graph.output]
         self._compiled: dict[tuple, CompiledSignature] = {}
         self.static_inputs: set[str] = set(known["static_inputs"]) if known else set()   # (see _signature)
         self.polymorphic: PolymorphicFunction | None = None
@@ -135,9 +142,27 @@ class OnnxModel:
             self.polymorphic = self._polymorphic_function(tuple(shape_constraints), size_buckets)
 
     @property
+    def proto(self):
+        """The onnx.ModelProto (parsed on first use when the load index described the model)."""
+        if self._proto is None:
+            self._proto = self._reload()
+        return self._proto
+
+    def describe(self) -> dict | None:
+        """The declared inputs and outputs as JSON for the load index's model entry, or None
+        when a dtype would not read back the same."""
+        try:
+            return {"inputs": [spec_json(s) for s in self.inputs],
+                    "overridable": [spec_json(s) for s in self.overridable.values()],
+                    "outputs": list(self.output_names)}
+        except (TypeError, ValueError):
+            return None
+
+    @property
     def initializers(self) -> dict[str, np.ndarray]:
         """The initializers as arrays, by name (converted on first use)."""
         if self._initializers is None:
+            from .model_file import tensor_to_array
             self._initializers = {t.name: tensor_to_array(t, f"initializer {t.name!r}")
                                   for t in self.proto.graph.initializer}
         return self._initializers
@@ -145,6 +170,7 @@ class OnnxModel:
     @property
     def importer(self) -> GraphImporter:
         if self._importer is None:
+            from .importer import GraphImporter
             self._importer = GraphImporter(self.proto)
         return self._importer
 
@@ -181,12 +207,13 @@ class OnnxModel:
         """The HLO module for these inputs (by default the declared shapes): as imported
         (weights as parameters) or, with optimized=True, as it runs after fusion."""
         sig = self.compile(feeds)
-        if sig.module is None:   # made from the load index: trace again for the module as imported
+        if sig.module is None:   # made from the load index: trace again for the modules
             arrays = self._check_inputs(self._example_feeds() if feeds is None else feeds)
             fed = self.input_names + sorted(n for n in arrays if n in self.overridable)
             traced = {n: arrays[n] for n in fed if n not in self.static_inputs}
             static = {n: arrays[n] for n in fed if n in self.static_inputs}
-            sig.module = self._trace_and_compile(traced, static)[0].module
+            again = self._trace_and_compile(traced, static)[0]
+            sig.module, sig.optimized = again.module, again.optimized
         return (sig.optimized if optimized else sig.module).to_text()
 
     # --- inputs ------------------------------------------------------------------------------
@@ -236,7 +263,7 @@ class OnnxModel:
                     self._compiled[key] = sig
                     return sig
             try:
-                sig, raw_weights = self._trace_and_compile({n: arrays[n] for n in traced}, static)
+                sig = self._trace_and_compile({n: arrays[n] for n in traced}, static)[0]
             except NeedsKnownValue as e:
                 more = self._inputs_behind(e, arrays) - self.static_inputs
                 if not more:
@@ -245,63 +272,62 @@ class OnnxModel:
                 continue
             self._compiled[key] = sig
             if call_key is not None:
-                self._record(call_key, signature, sig, raw_weights)
+                self._record(call_key, signature, sig)
             return sig
 
     # --- the load index (load_index.py) ----------------------------------------------------------
     def _from_index(self, call_key: str, signature: list) -> CompiledSignature | None:
-        """The executable for this signature made from the load index's entry: the optimised
-        module parsed from its text, the object code from the executable cache, the weights
-        from the initializers, fill values or kept bytes; None when there is no usable entry."""
-        found = load_index.load_call_entry(call_key, signature, self.output_names)
-        if found is None:
+        """The executable for this signature made from the load index's entry: the object
+        code from the executable cache under the key the entry names, the weights as the
+        executable takes them (load_index.py); None when there is no usable entry."""
+        from ...backends.cpu.runtime.executable_cache import executable_from_description
+        meta = load_index.load_call_entry(call_key, signature, self.output_names)
+        if meta is None:
             return None
-        meta, text = found
         start = time.perf_counter()
         try:
-            module = parse_module(text, "onnx load index")
-            first = meta["first_weight"]
-            weights = [load_index.make_weight(r, self._initializer) for r in meta["weights"]]
-            if len(module.entry.parameters) != first + len(weights):
-                raise load_index.BadEntry("its module's parameters do not match")
+            executable = executable_from_description(meta["executable"])
+            if executable is None:
+                raise load_index.BadEntry("its executable is not in the cache")
+            first = len(meta["traced_inputs"])
+            weights = load_index.make_weights(meta["weights"], call_key)
+            if len(executable.parameter_shapes) != first + len(weights) or \
+                    any(w.shape != tuple(shape.dims) for w, shape in
+                        zip(weights, executable.parameter_shapes[first:]) if isinstance(w, np.ndarray)):
+                raise load_index.BadEntry("its parameters do not match the executable's")
+            if sorted(n for n, w in enumerate(weights) if not isinstance(w, np.ndarray)) != \
+                    [n - first for n in sorted(executable.parameter_forms)]:
+                raise load_index.BadEntry("its packed weights are not the executable's formed parameters")
             outputs = {name: load_index.make_output_layout(r) for name, r in meta["outputs"].items()}
-            constants = tuple(range(first, first + len(weights)))
-            executable = get_backend("cpu").compile(
-                module, compiled=CompiledModule(module, assign_buffers(module)), constant_parameters=constants)
-            weights = [executable.prepare_argument(first + i, w) for i, w in enumerate(weights)]
         except (PyxlaError, ValueError, KeyError, TypeError, IndexError) as e:
             disk_cache.discard(load_index.CALL_KIND, call_key, f"unusable ({type(e).__name__}: {e})")
             return None
-        return CompiledSignature(executable, None, module, meta["traced_inputs"], weights, outputs,
+        return CompiledSignature(executable, None, None, meta["traced_inputs"], weights, outputs,
                                  time.perf_counter() - start)
 
-    def _initializer(self, name: str) -> np.ndarray | None:
-        for t in self.proto.graph.initializer:
-            if t.name == name:
-                return tensor_to_array(t, f"initializer {t.name!r}")
-        return None
-
-    def _record(self, call_key: str, signature: list, sig: CompiledSignature, raw_weights: list[np.ndarray]) -> None:
+    def _record(self, call_key: str, signature: list, sig: CompiledSignature) -> None:
         """Keep what a later process needs to make this signature's executable without
-        importing (load_index.py); a module whose text does not read back to itself is not kept."""
+        importing or compiling (load_index.py)."""
+        from ...backends.cpu.runtime.executable_cache import describe_executable
         assert self.index_key is not None
-        text = print_module(sig.optimized, print_metadata=False)
+        executable = describe_executable(sig.executable)
         try:
-            if print_module(parse_module(text), print_metadata=False) != text:
-                return
-            first = len(sig.traced_inputs)
-            weights = [load_index.weight_recipe(w, self.initializers, call_key, i) for i, w in enumerate(raw_weights)]
-            load_index.store_call_entry(call_key, signature, text, sig.traced_inputs, first, weights, sig.outputs)
+            kept = executable is not None and load_index.store_call_entry(
+                call_key, signature, executable, sig.traced_inputs, sig.weights, sig.outputs)
         except (PyxlaError, TypeError) as e:   # (a value with no HLO element type)
             if os.environ.get("PYXLA_DEBUG"):
                 print(f"pyxla onnx: not kept in the load index: {e}", file=sys.stderr)
             return
-        load_index.store_model_entry(self.index_key, self.static_inputs)
+        if kept:
+            load_index.store_model_entry(self.index_key, self.static_inputs,
+                                         self.describe() if self.index_describes else None)
 
     # --- dynamic shapes ------------------------------------------------------------------------
     def _polymorphic_function(self, constraints: tuple[str, ...], size_buckets) -> PolymorphicFunction:
         """The graph traced once with each input's dim_param a symbol of that name (the same
         name in two inputs, the same size), compiled per size bucket (docs/dynamic-shapes.md)."""
+        from ...frontend.jit import jit
+        from .symbolic_sizes import as_traced, is_sizes
         specs = []
         for spec in self.inputs:
             if spec.kind != "tensor" or spec.dims is None:
@@ -319,7 +345,7 @@ class OnnxModel:
             except NeedsKnownValue as e:
                 raise OnnxImportError(f"{e} (pyxla.onnx.load(dynamic=True) traces the graph once for all sizes: a "
                                       "value a converter needs must be computable from the weights alone)") from None
-            results: list[Tracer] = []
+            results: list = []
             for name in self.output_names:
                 value = self.importer.lookup(scope, name, "graph output")
                 if is_sizes(value):   # sizes computed from symbolic dimensions: read at run time
@@ -343,6 +369,7 @@ class OnnxModel:
     def _inputs_behind(self, error: NeedsKnownValue, arrays: dict[str, Any]) -> set[str]:
         """The graph inputs that the value a converter needs is computed from: the input
         itself, or the integer (or tiny) inputs among its ancestors."""
+        from ...frontend.pytree import tree_leaves
         name = getattr(error, "value_name", None)
         if name in arrays:
             return {name}
@@ -362,6 +389,9 @@ class OnnxModel:
     def _trace_and_compile(self, traced: dict[str, Any], static: dict[str, Any]) -> CompiledSignature:
         """Trace the graph with the `traced` inputs as the executable's parameters (a
         sequence's elements one parameter each) and the `static` ones known."""
+        from ... import numpy as pnp  # noqa: F401  (installs Tracer's operators, which converters use)
+        from ...frontend.jit import jit
+        from ...frontend.pytree import tree_flatten, tree_leaves, tree_unflatten
         names = list(traced)
         leaf_names = [(n, None if isinstance(v, np.ndarray) else i)
                       for n, v in traced.items() for i in range(len(tree_leaves(v)))]
@@ -371,7 +401,7 @@ class OnnxModel:
         def graph_fn(*values):
             env = ChainMap(dict(zip(names, tree_unflatten(layout, values))), static, self.initializers)
             scope = self.importer.run_graph(self.proto.graph, env)
-            results: list[Tracer] = []
+            results: list = []
             for name in self.output_names:
                 outputs[name] = _output_layout(self.importer.lookup(scope, name, "graph output"), results,
                                                f"graph output {name!r}")
@@ -405,6 +435,7 @@ def _output_layout(value: Any, results: list, what: str) -> Any:
     """How to assemble an output after a run: ("traced", k) is the executable's k-th result
     (appended to `results`), ("known", array) a value known at import, ("none",) an empty
     optional, ("sequence", [layouts]) a list."""
+    from ...frontend.tracing import Tracer
     if isinstance(value, Tracer):
         results.append(value)
         return ("traced", len(results) - 1)
@@ -433,10 +464,13 @@ def constants_to_parameters(module: HloModule, min_elements: int) -> list[np.nda
     parameters after the existing ones; returns their values in parameter order, each
     64-byte aligned (runtime/memory.py). A literal used by several constants becomes one
     parameter."""
+    from ...hlo.instruction import HloInstruction
+    from ...hlo.shape import ArrayShape
+    from ...runtime.memory import aligned_copy
     entry = module.entry
     first = len(entry.parameters)
     weights: list[np.ndarray] = []
-    by_literal: dict[int, HloInstruction] = {}
+    by_literal: dict[int, Any] = {}
     for instr in list(entry.instructions):
         if instr.opcode != "constant" or not isinstance(instr.shape, ArrayShape) or instr.shape.size < min_elements:
             continue
@@ -462,6 +496,7 @@ def _type_spec(name: str, type_proto, inside: str | None = None) -> InputSpec:
     tensor or sequence."""
     from onnx import helper
 
+    from ...hlo.types import from_numpy_dtype
     which = type_proto.WhichOneof("value")
     if which == "sequence_type" and inside != "sequence_type":
         element = _type_spec(name, type_proto.sequence_type.elem_type, "sequence_type")
@@ -547,3 +582,33 @@ def _symbol_name(dim_param: str) -> str:
 def _identifier(name: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return cleaned if cleaned and (cleaned[0].isalpha() or cleaned[0] == "_") else f"g_{cleaned}"
+
+
+# --- the declared inputs as JSON (the load index's model entry) -----------------------------------
+
+def _dtype_from_name(name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def spec_json(spec: InputSpec) -> dict:
+    """An InputSpec as JSON; a ValueError when its dtype's name would not read back."""
+    if spec.dtype is not None and _dtype_from_name(spec.dtype.name) != spec.dtype:
+        raise ValueError(f"dtype {spec.dtype} does not read back from its name")
+    return {"name": spec.name, "dtype": None if spec.dtype is None else spec.dtype.name,
+            "dims": None if spec.dims is None else list(spec.dims), "kind": spec.kind,
+            "element": None if spec.element is None else spec_json(spec.element)}
+
+
+def spec_from_json(data: dict) -> InputSpec:
+    dims = data["dims"]
+    if dims is not None and not all(d is None or isinstance(d, (int, str)) for d in dims):
+        raise ValueError("an input's dimensions are not ints, names or None")
+    if data["kind"] not in ("tensor", "sequence", "optional"):
+        raise ValueError(f"an input of kind {data['kind']!r}")
+    return InputSpec(str(data["name"]), None if data["dtype"] is None else _dtype_from_name(data["dtype"]),
+                     None if dims is None else tuple(dims), data["kind"],
+                     None if data["element"] is None else spec_from_json(data["element"]))

@@ -134,33 +134,37 @@ def test_other_model_bytes_or_shapes_miss(cache_dir):
     assert len(_entries(cache_dir, load_index.CALL_KIND)) == 3
 
 
-@pytest.mark.parametrize("damage", ["garbage-json", "wrong-parameters", "bad-module", "missing-weight-bytes"])
+@pytest.mark.parametrize("damage", ["garbage-json", "wrong-parameters", "unknown-executable", "bad-shape",
+                                    "missing-weight-bytes", "weights-entry-gone"])
 def test_bad_call_entry_warns_and_gives_the_right_result(cache_dir, damage):
+    import json
     data = small_model(seed=7)
     x = np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)
     model = pyxla.onnx.load(data)
     cold = model(x=x)
     [path] = _entries(cache_dir, load_index.CALL_KIND)
     key = path.name[len(load_index.CALL_KIND) + 1:-len(disk_cache.SUFFIX)]
-    payload = disk_cache.load(load_index.CALL_KIND, key)
-    length = int.from_bytes(payload[:8], "little")
-    import json
-    meta, text = json.loads(payload[8:8 + length]), payload[8 + length:]
+    meta = json.loads(disk_cache.load(load_index.CALL_KIND, key))
+    assert any("stored" in w for w in meta["weights"]) and any("runs" in w for w in meta["weights"])
     if damage == "garbage-json":
-        new = b"\x05\x00\x00\x00\x00\x00\x00\x00{nope" + text
+        new = b"{nope"
     else:
         if damage == "wrong-parameters":
             meta["weights"] = meta["weights"][:-1]
-        elif damage == "bad-module":
-            text = b"HloModule broken\nENTRY e { this is not hlo }"
-        else:
-            meta["weights"] = [dict(w, stored="0" * 64) if "fill" in w else w for w in meta["weights"]]
-            assert any(w.get("stored") for w in meta["weights"])
+        elif damage == "unknown-executable":
+            meta["executable"]["key"] = "0" * 64
+        elif damage == "bad-shape":
+            meta["executable"]["parameters"][0]["dims"] = [-1, 64]
+        elif damage == "missing-weight-bytes":
             for w in meta["weights"]:
-                w.pop("fill", None)
-        header = json.dumps(meta).encode()
-        new = len(header).to_bytes(8, "little") + header + text
-    disk_cache.store(load_index.CALL_KIND, key, new)
+                if "runs" in w:
+                    w.pop("runs")
+                    w.update(stored=1 << 20, nbytes=4 * int(np.prod(w["shape"])))
+        else:
+            (cache_dir / f"{load_index.WEIGHTS_KIND}-{key}{disk_cache.SUFFIX}").unlink()
+        new = json.dumps(meta).encode()
+    if damage != "weights-entry-gone":
+        disk_cache.store(load_index.CALL_KIND, key, new)
     with pytest.warns(pyxla.CacheWarning):
         warm_model, warm = _run(data, x)
     assert warm_model.compile({"x": x}).module is not None         # fell back to tracing
@@ -170,6 +174,39 @@ def test_bad_call_entry_warns_and_gives_the_right_result(cache_dir, damage):
     again, out = _run(data, x)
     assert again.compile({"x": x}).module is None
     np.testing.assert_array_equal(out["y"], cold["y"])
+
+
+def test_warm_load_neither_parses_the_model_nor_imports_the_tracer(cache_dir, tmp_path):
+    """A warm process finds the model by its file's bytes: the ModelProto is never parsed,
+    and neither onnx nor pyxla's tracer and importer are imported; the results are the
+    cold process's bit for bit, and a call with new shapes still traces."""
+    path = tmp_path / "small.onnx"
+    path.write_bytes(small_model(seed=21))
+    x = np.random.default_rng(22).standard_normal((3, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys, numpy as np, warnings, pyxla.onnx\n"
+        "warnings.simplefilter('error', pyxla.CacheWarning)\n"
+        "m = pyxla.onnx.load(sys.argv[1]); out = m(x=np.load(sys.argv[2]))\n"
+        "np.save(sys.argv[3], out['y'])\n"
+        "print(m._proto is None, 'onnx' in sys.modules, 'pyxla.frontend.jit' in sys.modules,\n"
+        "      'pyxla.importers.onnx.importer' in sys.modules)\n"
+        "x5 = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float32)\n"
+        "np.save(sys.argv[3] + '.5.npy', m(x=x5)['y'])\n")
+    env = {**os.environ, "PYXLA_CACHE_DIR": str(cache_dir)}
+    runs = []
+    for k in range(2):
+        out = tmp_path / f"y{k}.npy"
+        proc = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "x.npy"), str(out)],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        runs.append((proc.stdout.split(), np.load(out), np.load(str(out) + ".5.npy")))
+    assert runs[0][0] == ["False", "True", "True", "True"]          # cold: parsed, checked, traced
+    assert runs[1][0] == ["True", "False", "False", "False"]        # warm: none of it
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])
+    np.testing.assert_array_equal(runs[0][2], runs[1][2])
+    x5 = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float32)
+    np.testing.assert_allclose(runs[1][2], _reference(small_model(seed=21), x5)["y"], rtol=1e-5, atol=1e-5)
 
 
 def test_corrupt_model_entry_warns_and_loads_normally(cache_dir):

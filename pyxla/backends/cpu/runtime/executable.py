@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ....hlo.evaluator import check_argument, check_arguments
-from ....hlo.module import HloModule
 from ....hlo.shape import ArrayShape, TupleShape
 from ....runtime.memory import aligned_empty
-from ..codegen import OutputSlot
 from .call_shim import entry_caller
+
+if TYPE_CHECKING:
+    from ....hlo.module import HloModule
+    from ..codegen import OutputSlot
 
 REUSED_OUTPUT_BYTES = 1 << 20      # outputs at least this big are reused once the caller drops them
 
@@ -75,9 +76,23 @@ class FormedArgument:
         self.array = array
 
 
+class PackedOnly:
+    """The form of a constant parameter of an executable made without its module (the ONNX
+    load index): its argument comes already packed, as a FormedArgument, and cannot be
+    packed here."""
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        raise ValueError("this executable was loaded without its module: pass its constant parameters as "
+                         "the FormedArgument they were packed into when it was compiled")
+
+
 class CpuExecutable:
-    def __init__(self, module: HloModule, address: int, outputs: list[OutputSlot], output_sizes: list[int],
-                 arena_size: int, keepalive: Any, parameter_forms: dict | None = None):
+    def __init__(self, module: HloModule | None, address: int, outputs: list[OutputSlot], output_sizes: list[int],
+                 arena_size: int, keepalive: Any, parameter_forms: dict | None = None,
+                 parameter_shapes: list | None = None, root_shape: Any = None):
+        """`module` is the optimised module; an executable loaded without it (the ONNX load
+        index: executable_cache.executable_from_description) gives the entry's parameter
+        shapes and root shape instead."""
         self.module = module
         # parameter number -> the form its argument is taken in (runtime/parameter_forms.py)
         self.parameter_forms = parameter_forms or {}
@@ -86,10 +101,12 @@ class CpuExecutable:
         self.output_sizes = output_sizes
         self.arena_size = arena_size
         self._keepalive = keepalive   # the JIT must outlive the function pointer
-        self._root_shape = module.entry.root.shape
-        self._params = module.entry.parameters
-        self._row_major = [isinstance(p.shape, ArrayShape) and
-                           p.shape.is_row_major for p in self._params]
+        self._root_shape = module.entry.root.shape if module is not None else root_shape
+        self.root_shape = self._root_shape
+        self.cache_key: str | None = None   # its code's key in the executable cache, when kept there
+        self._params = module.entry.parameters if module is not None else None
+        self.parameter_shapes = [p.shape for p in self._params] if module is not None else list(parameter_shapes)
+        self._row_major = [isinstance(shape, ArrayShape) and shape.is_row_major for shape in self.parameter_shapes]
         self.params_are_row_major = all(self._row_major) and not self.parameter_forms
         for number in self.parameter_forms:   # a formed argument is C-contiguous in its own order
             self._row_major[number] = True
@@ -114,14 +131,20 @@ class CpuExecutable:
 
     def run_flat(self, args: Sequence[Any]) -> list[np.ndarray]:
         """Check the arguments against the parameters, then run."""
+        from ....hlo.evaluator import check_arguments
+        if self.module is None:
+            raise ValueError("this executable was loaded without its module: call run_unchecked")
         return self.run_unchecked(check_arguments(self.module.entry, args))
 
     def prepare_argument(self, number: int, array: np.ndarray) -> np.ndarray | FormedArgument:
         """`array`, passed for parameter `number` on every call, as the executable takes it:
         reordered once into the parameter's form when it has one (pass the result in place of
         the array; an array as it is is reordered on each call)."""
+        from ....hlo.evaluator import check_argument
         form = self.parameter_forms.get(number)
-        return array if form is None else FormedArgument(form.pack(check_argument(self._params[number], array)))
+        if form is None:
+            return array
+        return FormedArgument(form.pack(array if self._params is None else check_argument(self._params[number], array)))
 
     def run_unchecked(self, arrays: Sequence[np.ndarray | FormedArgument]) -> list[np.ndarray]:
         """Run on arrays already known to have the parameters' shapes and dtypes (jit's cache
@@ -131,8 +154,8 @@ class CpuExecutable:
             for number, form in self.parameter_forms.items():
                 given = arrays[number]
                 arrays[number] = given.array if isinstance(given, FormedArgument) else form.pack(given)
-        physical = tuple(a if (fast and a.flags.c_contiguous) else to_physical(a, p.shape)
-                         for a, p, fast in zip(arrays, self._params, self._row_major))
+        physical = tuple(a if (fast and a.flags.c_contiguous) else to_physical(a, shape)
+                         for a, shape, fast in zip(arrays, self.parameter_shapes, self._row_major))
         return self.run_physical(physical, arrays)
 
     def run_physical(self, physical: tuple, arrays: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:

@@ -55,6 +55,7 @@ class NativeCode:
     cached: bool                 # loaded from the cache
     optimised_ir: str = ""
     assembly: str | None = None
+    key: str | None = None       # its entry's key, when it is (or was just) kept in the cache
 
 
 def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage_seconds: dict,
@@ -69,6 +70,7 @@ def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage
         found = _load(jit, codegen, key)
         if found is not None:
             stage_seconds["executable cache load"] = time.perf_counter() - start
+            found.key = key
             return found
     start = time.perf_counter()
     with tuning.pinned(tuned):
@@ -87,9 +89,10 @@ def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage
     meta = {"format": FORMAT, "entry": codegen.entry_name, "arena_size": codegen.arena_size,
             "outputs": _output_plan(codegen), "symbols": symbols}
     header = json.dumps(meta, sort_keys=True).encode()
-    disk_cache.store(KIND, key, len(header).to_bytes(8, "little") + header + obj)
+    kept = disk_cache.store(KIND, key, len(header).to_bytes(8, "little") + header + obj)
     loaded = jit.load_object(obj, names, {BOUND + s: resolve(s) for s in symbols})
-    return NativeCode(loaded, codegen.entry_name, codegen.arena_size, False, optimised, assembly)
+    return NativeCode(loaded, codegen.entry_name, codegen.arena_size, False, optimised, assembly,
+                      key if kept else None)
 
 
 def _output_plan(codegen) -> list:
@@ -98,17 +101,23 @@ def _output_plan(codegen) -> list:
 
 
 def _load(jit: LlvmJit, codegen, key: str) -> NativeCode | None:
+    return load_native(jit, key, _output_plan(codegen))
+
+
+def load_native(jit: LlvmJit, key: str, output_plan: list) -> NativeCode | None:
+    """The native code kept under `key`, whose output plan must be `output_plan`; None when
+    there is no such entry or it is unusable (then deleted, with a CacheWarning)."""
     payload = disk_cache.load(KIND, key)
     if payload is None:
         return None
     try:
         length = int.from_bytes(payload[:8], "little")
         meta = json.loads(payload[8:8 + length])
-        if meta.get("format") != FORMAT or meta["outputs"] != _output_plan(codegen):
+        if meta.get("format") != FORMAT or meta["outputs"] != output_plan:
             raise ValueError("its metadata does not fit the module")
         symbols = {BOUND + s: resolve(s) for s in meta["symbols"]}
         loaded = jit.load_object(payload[8 + length:], (meta["entry"],), symbols)
-        return NativeCode(loaded, meta["entry"], int(meta["arena_size"]), True)
+        return NativeCode(loaded, meta["entry"], int(meta["arena_size"]), True, key=key)
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         disk_cache.discard(KIND, key, f"unusable ({e})")
         return None
@@ -198,3 +207,96 @@ def source_fingerprint() -> str:
             h.update(path.read_bytes())
         _fingerprint.append(h.hexdigest())
     return _fingerprint[0]
+
+
+# --- an executable without its module (the ONNX load index) --------------------------------------
+
+def describe_executable(executable) -> dict | None:
+    """What `executable_from_description` needs to make `executable` again in another process
+    without its module: its entry's key in this cache, its output plan, the parameters' and
+    outputs' shapes and which parameters are taken in a form of their own. None when its
+    code is not in the cache or a shape cannot be written down."""
+    key = getattr(executable, "cache_key", None)
+    if key is None:
+        return None
+    try:
+        slots = [[s.kind, s.index, s.offset, shape_json(s.shape),
+                  None if s.literal is None else [np_name(s.literal), np_bytes(s.literal)]]
+                 for s in executable.outputs]
+        return {"key": key, "plan": [[s.kind, s.index, s.offset] for s in executable.outputs]
+                + [list(executable.output_sizes)],
+                "parameters": [shape_json(shape) for shape in executable.parameter_shapes],
+                "root": shape_json(executable.root_shape), "slots": slots,
+                "forms": sorted(executable.parameter_forms)}
+    except TypeError:
+        return None
+
+
+def executable_from_description(description: dict):
+    """The executable `describe_executable` described, its code loaded from this cache; None
+    when the entry is missing or unusable. A ValueError, KeyError or TypeError when the
+    description itself is malformed. Its constant parameters with a form must be passed
+    as the FormedArgument they were packed into when it was compiled (PackedOnly)."""
+    from ..codegen import OutputSlot
+    from .executable import CpuExecutable, PackedOnly
+    from .llvm_jit import host_jit
+    native = load_native(host_jit(), str(description["key"]), description["plan"])
+    if native is None:
+        return None
+    outputs = []
+    for kind, index, offset, shape, literal in description["slots"]:
+        if kind not in ("buffer", "parameter", "constant"):
+            raise ValueError(f"an output slot of kind {kind!r}")
+        value = None if literal is None else np_array(literal[0], literal[1], shape_from_json(shape))
+        outputs.append(OutputSlot(kind, int(index), int(offset), shape_from_json(shape), value))
+    sizes = [int(n) for n in description["plan"][-1]]
+    parameters = [shape_from_json(p) for p in description["parameters"]]
+    forms = {int(n): PackedOnly() for n in description["forms"]}
+    if any(not 0 <= n < len(parameters) for n in forms) or any(s.index < 0 for s in outputs):
+        raise ValueError("its parameter or output numbers are out of range")
+    executable = CpuExecutable(None, native.loaded.addresses[native.entry], outputs, sizes, native.arena_size,
+                               native.loaded, forms, parameters, shape_from_json(description["root"]))
+    executable.cache_key = native.key
+    return executable
+
+
+def shape_json(shape):
+    from ....hlo.shape import ArrayShape, TupleShape
+    if isinstance(shape, TupleShape):
+        return {"tuple": [shape_json(e) for e in shape.elements]}
+    if isinstance(shape, ArrayShape) and shape.is_static:
+        return {"dtype": shape.dtype.name, "dims": [int(d) for d in shape.dims],
+                "layout": None if shape.layout is None else list(shape.layout)}
+    raise TypeError(f"no description of shape {shape}")
+
+
+def shape_from_json(data):
+    from ....hlo.shape import ArrayShape, TupleShape
+    from ....hlo.types import element_type
+    if "tuple" in data:
+        return TupleShape(tuple(shape_from_json(e) for e in data["tuple"]))
+    dims = tuple(int(d) for d in data["dims"])
+    if any(d < 0 for d in dims):
+        raise ValueError("a negative dimension")
+    layout = data["layout"]
+    if layout is not None and sorted(int(d) for d in layout) != list(range(len(dims))):
+        raise ValueError(f"layout {layout} is not a permutation of the dimensions")
+    return ArrayShape(element_type(data["dtype"]), dims, None if layout is None else tuple(layout))
+
+
+def np_name(array) -> str:
+    from ....hlo.types import from_numpy_dtype
+    return from_numpy_dtype(array.dtype).name
+
+
+def np_bytes(array) -> str:
+    import numpy as np
+    return np.ascontiguousarray(array).tobytes().hex()
+
+
+def np_array(dtype_name: str, hex_bytes: str, shape):
+    import numpy as np
+
+    from ....hlo.types import element_type
+    dtype = element_type(dtype_name).np_dtype
+    return np.frombuffer(bytes.fromhex(hex_bytes), dtype).reshape(shape.dims).copy()
