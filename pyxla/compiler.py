@@ -22,6 +22,7 @@ from .fusion.policy import FusionPolicy
 from .fusion.schedule import schedule_module
 from .hlo.dynamic_dims import require_static_shapes
 from .hlo.module import HloModule
+from .passes.dynamic_padder import bound_kernel_rows
 from .passes.hlo_pass import HloPass
 from .passes.pipeline import default_pipeline, run_pipeline
 from .passes.reshape_to_bitcast import reshape_to_bitcast
@@ -40,6 +41,8 @@ def _schedule(module: HloModule) -> bool:
 
 
 SCHEDULE = HloPass("schedule", _schedule, "Order instructions to keep peak memory low.")
+BOUND_ROWS = HloPass("bound-kernel-rows", bound_kernel_rows,
+                     "Give fusions of a padded module their run-time row count (dynamic_padder/bounded_rows.py).")
 
 
 def compile_module(module: HloModule, *, policy: FusionPolicy | None = None, donated: tuple[int, ...] = (),
@@ -49,7 +52,7 @@ def compile_module(module: HloModule, *, policy: FusionPolicy | None = None, don
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     stages = (default_pipeline() if optimize else []) + [attention_fusion, fusion_pass(policy), multi_output_fusion,
-                                                         reshape_to_bitcast, SCHEDULE]
+                                                         reshape_to_bitcast, BOUND_ROWS, SCHEDULE]
     run_pipeline(module, stages, dump_dir=dump_dir)
     seconds["passes, fusion, schedule"] = time.perf_counter() - start
     start = time.perf_counter()

@@ -197,6 +197,10 @@ ATTRIBUTE_KINDS: dict[str, str] = {
     "custom_call_has_side_effect": "bool",
     "output_to_operand_aliasing": "raw",
     "schedule": "enum",
+    # dynamic padding (passes/dynamic_padder): the run-time size of dimension 0 of a value,
+    # over the size parameters; on a fusion, the operand holding its output rows' count
+    "dynamic_rows": "string",
+    "bounded_rows": "int",
     # annotations that never change a value
     "metadata": "metadata",
     "backend_config": "raw",
@@ -217,6 +221,9 @@ NON_SEMANTIC_ATTRIBUTES = frozenset({
     "statistics", "origin", "operand_precision", "schedule", "result_accuracy",
     "parameter_replication",   # which replicas hold the same value: pyxla runs one
     "is_composite",            # a call that stands for a named op: still a call
+    # rows of a padded value no one reads (passes/dynamic_padder/bounded_rows.py): a fact
+    # about this value's shape, so a pass that makes the op anew at another shape drops it
+    "dynamic_rows",
 })
 
 COMPUTATION_ATTRIBUTES = tuple(n for n, k in ATTRIBUTE_KINDS.items() if k in ("computation", "computations"))

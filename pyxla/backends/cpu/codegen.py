@@ -399,6 +399,7 @@ class KernelEmitter:
         self.pointers = pointers
         self.scratch = scratch        # the arena's kernel scratch: memory this kernel may use while it runs
         self.scratch_used = 0
+        self.row_bound: ir.Value | None = None   # the run-time row count of a bounded fusion (emit)
         fused = instr.attrs["calls"] if instr.opcode == "fusion" else None
         self.fused = fused
         self.e = ElementalEmitter(b, codegen.ir, self._read_parameter, self._read_constant)
@@ -437,6 +438,7 @@ class KernelEmitter:
     # dispatch
     def emit(self) -> None:
         instr = self.instr
+        self.row_bound = self._read_row_bound()
         root = self.fused.root if self.fused is not None else instr
         ops = {i.opcode for i in self.fused.instructions} if self.fused is not None else {instr.opcode}
         special = KERNELS.get(root.opcode) or self._output_fusion_kernel()
@@ -456,6 +458,23 @@ class KernelEmitter:
             return emit_concatenated_rows(self, root, concat)
         self.emit_loop(root)
 
+    def _read_row_bound(self) -> ir.Value | None:
+        """A fusion with `bounded_rows=k` needs only the rows of dimension 0 of its outputs below
+        the value of its s32[] operand k (the rest is padding no one reads,
+        passes/dynamic_padder/bounded_rows.py): that count, read once at kernel entry and
+        clamped to [0, rows]. The loops over the output's rows (loop kernels, the rows of a
+        reduction, pyxla's GEMM blocks and epilogues) stop there; other kernels compute
+        everything."""
+        number = self.instr.attrs.get("bounded_rows")
+        if number is None:
+            return None
+        shape = self.instr.shape
+        rows = (shape.elements[0] if isinstance(shape, TupleShape) else shape).dims[0]
+        b = self.b
+        value = b.sext(b.load(self.pointers[id(self.instr.operands[number])], typ=I32), ir.IntType(64))
+        value = b.select(b.icmp_signed("<", value, i64(0)), i64(0), value)
+        return b.select(b.icmp_signed("<", value, i64(rows)), value, i64(rows), name="rows.bound")
+
     def _output_fusion_kernel(self):
         if self.fused is None or self.instr.attrs.get("kind") != "kOutput":
             return None
@@ -469,7 +488,7 @@ class KernelEmitter:
         crossed = crossed_dimensions(self.fused.instructions if self.fused is not None else [self.instr], shape)
         if crossed is not None:
             return blocked_loop_nest(self, shape.dims, crossed, store, work)
-        self.loop_nest(shape.dims, store, work)
+        self.loop_nest(shape.dims, store, work, self.row_bound)
 
     def _emit_rows(self, root: HloInstruction) -> None:
         """Per row: every reduction once, then the row's outputs; reductions apart when the
@@ -512,7 +531,7 @@ class KernelEmitter:
                 del self.e.buffer_reads[id(value)]
             self.e.pop_scope()
 
-        self.loop_nest(rows, row_body, work)
+        self.loop_nest(rows, row_body, work, self.row_bound)   # rows[0] is the outputs' dimension 0
 
     def _row_kept_values(self, reduces, rows, leaves) -> list[HloInstruction]:
         """Values of a row that its reductions compute and its outputs use again, and that
@@ -661,29 +680,33 @@ class KernelEmitter:
         n_tasks = min(wanted, flat)
         return (k, n_tasks) if n_tasks >= 2 else None
 
-    def parallel_chunks(self, extents, k: int, n_tasks: int, body) -> None:
+    def parallel_chunks(self, extents, k: int, n_tasks: int, body, bound: ir.Value | None = None) -> None:
         """body(task, begin, end) on the pool, for n_tasks balanced contiguous chunks
-        [begin, end) of the flat range of the first k dimensions of `extents`."""
+        [begin, end) of the flat range of the first k dimensions of `extents`; with `bound`
+        (an i64 value), of those whose index in dimension 0 is below it."""
         b = self.b
-        flat = _prod(extents[:k])
 
         def task(t):
-            begin = b.udiv(b.mul(t, i64(flat)), i64(n_tasks))
-            end = b.udiv(b.mul(b.add(t, i64(1)), i64(flat)), i64(n_tasks))
+            flat = i64(_prod(extents[:k])) if bound is None else b.mul(bound, i64(_prod(extents[1:k])))
+            begin = b.udiv(b.mul(t, flat), i64(n_tasks))
+            end = b.udiv(b.mul(b.add(t, i64(1)), flat), i64(n_tasks))
             self.e.push_scope()
             body(t, begin, end)
             self.e.pop_scope()
 
         emit_parallel_tasks(b, worker_pool(), n_tasks, task)
 
-    def loop_nest(self, extents, body, work: float) -> None:
-        """for_range(extents, body), split across the pool's threads when `work` is large."""
+    def loop_nest(self, extents, body, work: float, bound: ir.Value | None = None) -> None:
+        """for_range(extents, body), split across the pool's threads when `work` is large;
+        with `bound` (an i64 value), over the indices whose dimension 0 is below it only."""
         split = self.split(extents, work)
         if split is None:
-            return for_range(self.b, extents, body)
+            if bound is None:
+                return for_range(self.b, extents, body)
+            return for_span(self.b, extents, 1, i64(0), bound, body)
         k, n_tasks = split
         self.parallel_chunks(extents, k, n_tasks,
-                             lambda t, begin, end: for_span(self.b, extents, k, begin, end, body))
+                             lambda t, begin, end: for_span(self.b, extents, k, begin, end, body), bound)
 
     def _reduce_in_parts(self, r: HloInstruction, shape: ArrayShape, result, work: float) -> bool:
         """Compute reduction `r` into `result` (laid out as `shape`) by tasks that each reduce
@@ -775,8 +798,11 @@ class KernelEmitter:
             def epilogue(prefix, i, j):
                 self.store_root(root, shape, tuple(prefix) + (i, j))
 
+            # a bounded fusion's rows are the product's rows when the result is [m, n]
+            m_bound = self.row_bound if nb == 0 and shape.rank == 2 else None
             emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, shape.dims[:nb], m, n, k, a_t, b_t,
-                           pool.threads * GEMM_TASKS_PER_THREAD if pooled else 1, epilogue if per_product else None)
+                           pool.threads * GEMM_TASKS_PER_THREAD if pooled else 1, epilogue if per_product else None,
+                           m_bound=m_bound)
         else:
             for_range(b, [batch], lambda index: emit_gemm(b, t.name, at(product_ptr, m * n, index[0]),
                                                           at(lptr, m * k, index[0]), at(rptr, k * n, index[0]),

@@ -56,7 +56,7 @@ register(OpDef("call", "opaque", _call_shape,
 
 register(OpDef("fusion", "opaque", _fusion_shape,
                lambda instr, ops, ctx: ctx.call(instr.attrs["calls"], ops),
-               arity=(0, None), required_attrs=("kind", "calls"),
+               arity=(0, None), required_attrs=("kind", "calls"), optional_attrs=("bounded_rows",),
                doc="A fused kernel: its value is the fused computation applied to the operands."))
 
 

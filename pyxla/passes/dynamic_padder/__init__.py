@@ -47,8 +47,15 @@ dot batch and free dimensions, a convolution's batch dimension, slices with stat
 sort along static dimensions. Masking a reduction's padding with its init value assumes the
 init is the reducer's identity, as XLA's reduce semantics require.
 
+Padding rows left uncomputed: each ENTRY instruction of the traced module whose dimension 0
+is symbolic is marked `dynamic_rows="<expression>"` (the masks the padder adds are not), and
+after fusion `bound_kernel_rows` gives each fusion whose outputs are all marked the actual
+row count as an extra operand (`bounded_rows=<operand>`), so its kernel may skip the rows
+beyond it (bounded_rows.py says why that is sound).
+
 Files: padder.py (the size parameters, masks, the walk), rewrites.py (data operations),
-control_flow.py (loops and conditionals); this file specialises the shapes and attributes.
+control_flow.py (loops and conditionals), bounded_rows.py (the marks and the bounds); this
+file specialises the shapes and attributes.
 
 Everything else with a symbolic dimension raises NotImplementedError naming the op, the
 instruction and the dimension: top-k of pred along a symbolic dimension, reshapes that merge
@@ -71,11 +78,12 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
 from ...hlo.shape import ArrayShape, TupleShape, flatten_shape
 from ..call_inliner import call_inliner
+from .bounded_rows import bound_kernel_rows, mark_dynamic_rows
 from .control_flow import CONTROL_FLOW_REWRITES
 from .padder import Padder, dims_in
 from .rewrites import REWRITES, reshape_problem
 
-__all__ = ["HANDLERS", "PaddedModule", "pad_to_bounds", "reshape_problem"]
+__all__ = ["HANDLERS", "PaddedModule", "bound_kernel_rows", "pad_to_bounds", "reshape_problem"]
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,10 @@ def pad_to_bounds(module: HloModule, bounds: Mapping[str, int] | None = None) ->
     param_dims = tuple(tuple(s.dims) for p in entry.parameters for s in flatten_shape(p.shape)
                        if isinstance(s, ArrayShape))
     output_dims = tuple(tuple(s.dims) for s in flatten_shape(entry.result_shape) if isinstance(s, ArrayShape))
-    Padder(work, entry, [s.name for s in symbols], values, HANDLERS).run()
+    originals = [i for i in entry.instructions if i.opcode not in ("parameter", "constant")]
+    padder = Padder(work, entry, [s.name for s in symbols], values, HANDLERS)
+    padder.run()
+    mark_dynamic_rows(work, originals, padder.params, values)
     _substitute(work, values)
     work.header_attrs.pop("entry_computation_layout", None)   # the signature has grown
     return PaddedModule(work, tuple(s.name for s in symbols), values, output_dims, param_dims)

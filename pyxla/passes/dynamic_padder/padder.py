@@ -66,6 +66,7 @@ class Padder:
             param = HloInstruction(module.fresh_name(f"size_{name}"), "parameter", ArrayShape(SIZE_TYPE, ()),
                                    parameter_number=first + i)
             params[name] = entry.add_instruction(param)
+        self.params = params   # symbol name -> its ENTRY size parameter
         # Where each computation reads the actual sizes: ENTRY from its parameters, a loop's
         # body and condition from the loop state they are threaded through (_while).
         self.sources: dict[int, dict[str, HloInstruction]] = {id(entry): params}
