@@ -302,6 +302,41 @@ def test_gemm_epilogue_split(rng, pool):
     np.testing.assert_allclose(f(x, w, b), want, rtol=1e-4, atol=1e-4)
 
 
+def _gelu_softmax_sum(x, w, b):
+    h = nn.gelu(x @ w + b, approximate=True)
+    return h, nn.softmax(h, axis=-1), pnp.sum(h * h)
+
+
+@pytest.mark.parametrize("tasks_per_thread,gemm_tasks_per_thread", [(4, 1), (4, 4), (4, 8), (1, 2), (16, 2)])
+def test_chunk_counts_leave_results_bit_identical(tasks_per_thread, gemm_tasks_per_thread, rng, pool, monkeypatch):
+    """More, smaller tasks (so that a core another library's threads take costs one small
+    chunk) change where each thread works, not what an element computes: a GEMM with its
+    GELU epilogue and a row softmax give the same bits with the default chunk counts and
+    with others, and agree with float64. A sum split along its reduced dimension adds one
+    partial sum per chunk, so its bits follow TASKS_PER_THREAD (not the GEMM's blocks)."""
+    monkeypatch.setenv("PYXLA_CACHE_DIR", "")   # each variant compiled, none loaded from the cache
+    x = rng.standard_normal((256, 384)).astype(np.float32)
+    w = (rng.standard_normal((384, 1024)) / 20).astype(np.float32)
+    b = rng.standard_normal(1024).astype(np.float32)
+    monkeypatch.setattr(codegen, "TASKS_PER_THREAD", 4)
+    monkeypatch.setattr(codegen, "GEMM_TASKS_PER_THREAD", 2)
+    default = [np.asarray(r) for r in pyxla.jit(_gelu_softmax_sum, backend="cpu")(x, w, b)]
+    monkeypatch.setattr(codegen, "TASKS_PER_THREAD", tasks_per_thread)
+    monkeypatch.setattr(codegen, "GEMM_TASKS_PER_THREAD", gemm_tasks_per_thread)
+    other = [np.asarray(r) for r in pyxla.jit(_gelu_softmax_sum, backend="cpu")(x, w, b)]
+    np.testing.assert_array_equal(other[0], default[0])
+    np.testing.assert_array_equal(other[1], default[1])
+    if tasks_per_thread == 4:
+        np.testing.assert_array_equal(other[2], default[2])
+    h = x.astype(np.float64) @ w + b
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    e = np.exp(h - h.max(-1, keepdims=True))
+    for got in (default, other):
+        np.testing.assert_allclose(got[0], h, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got[1], e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got[2], np.sum(h * h), rtol=1e-4)
+
+
 def test_split_kernels_inside_a_while_loop(rng, small_threshold):
     text = ADD.join(["HloModule loop\n", """
 cond {
