@@ -102,6 +102,27 @@ def test_equal_columns_give_equal_results(rng, vector_bytes):
     assert (c == c[:, :1]).all()
 
 
+@pytest.mark.parametrize("a_layout", ["rows", "columns"])
+@pytest.mark.parametrize("k", [7, 600])
+def test_single_panel_of_b_matches_wide_products(rng, vector_bytes, a_layout, k):
+    """A product whose B is one register tile wide reads A in place instead of packing it
+    (rows past the edge of A read its last row again): its elements are the same bits as
+    those of a product with more columns, whose A is packed, and NumPy's to f32 rounding."""
+    nr = gemm_kernel.tiling("f32").nr
+    a = rng.standard_normal((41, k)).astype(np.float32)   # 41 rows: the last register tile is cut
+    if a_layout == "columns":
+        a = np.asfortranarray(a)
+    wide = rng.standard_normal((k, 3 * nr + 5)).astype(np.float32)
+    narrow = {nr, nr - 3, 1}
+    c_wide = np.empty((41, wide.shape[1]), np.float32)
+    _run_kernel("f32", a, wide, c_wide)
+    for n in sorted(narrow):
+        c = np.full((41, n), np.nan, np.float32)
+        _run_kernel("f32", a, np.ascontiguousarray(wide[:, :n]), c)
+        assert np.array_equal(c, c_wide[:, :n]), n
+    _close(c_wide, a.astype(np.float64) @ wide.astype(np.float64), "f32", k)
+
+
 # --- batched dots compiled to the kernel ------------------------------------------------------
 
 def _compile(text, monkeypatch, min_work=0):
