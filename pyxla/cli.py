@@ -93,7 +93,12 @@ def _storable(a: np.ndarray) -> np.ndarray:
 def cmd_run(ns) -> int:
     module = _read_module(ns.module)
     args = _load_inputs(ns.inputs, module)
-    executable = get_backend(ns.backend).compile(module)
+    from .frontend.dynamic_module import compile_dynamic, has_dynamic_dimensions
+    if has_dynamic_dimensions(module):   # `f32[?,32]`: the sizes come from the inputs
+        executable = compile_dynamic(module, get_backend(ns.backend))
+        executable.prepare(args)   # the bucket these sizes need, compiled before the timing
+    else:
+        executable = get_backend(ns.backend).compile(module)
     start = time.perf_counter()
     outputs = executable.run_flat(args)
     elapsed = time.perf_counter() - start

@@ -11,8 +11,10 @@ the inferred expression when that prints the same (`?`, or the same `<=N`), so t
 dynamic dimension crossing into a called computation (a while loop's state) is not unified.
 
 No backend compiles a symbolic shape: a module traced with symbolic sizes is specialised
-first (passes/dynamic_padder.py). `require_static_shapes` says so at compile time, naming
-the first instruction with a symbolic shape.
+first (passes/dynamic_padder), one read from text runs through
+frontend/dynamic_module.py (which does that per bucket of the arguments' sizes).
+`require_static_shapes` says so at compile time, naming the first instruction with a
+symbolic shape.
 """
 from __future__ import annotations
 
@@ -143,10 +145,10 @@ def require_static_shapes(module: HloModule) -> None:
                 continue
             if has_text_dynamic(instr.shape):
                 raise NotImplementedError(
-                    f"dynamic dimensions from HLO text need dynamic-dimension inference: {instr.describe()} has "
-                    f"the shape {instr.shape.to_text(False)}, whose sizes are known only at run time, and pyxla "
-                    "does not track run-time sizes through a module. Write the module with static shapes (the "
-                    "bounds of `<=N` dimensions), or trace it with polymorphic shapes")
+                    f"{instr.describe()} has the dynamic shape {instr.shape.to_text(False)}: a module with "
+                    "dynamic dimensions read from text runs through pyxla.frontend.dynamic_module."
+                    "compile_dynamic (what `pyxla run` does), which reads the sizes from the arguments and "
+                    "compiles one padded module per bucket of sizes")
             raise NotImplementedError(
                 f"module {module.name} has symbolic shapes ({instr.describe()} is {describe_shape(instr.shape)}): "
                 "specialise it to a bucket of sizes with pyxla.passes.dynamic_padder.pad_to_bounds before "
