@@ -86,6 +86,40 @@ def test_damaged_entry_is_reported_deleted_and_absent(cache_dir, rng, damage):
     assert disk_cache.load("thing", key) == data
 
 
+def test_parts_stored_in_order_and_read_back_aligned(cache_dir, rng):
+    """A payload given as parts is one entry; read with aligned=True it comes back as a
+    64-byte aligned uint8 array (large weights are used where they lie)."""
+    import numpy as np
+    parts = [payload(rng, 100), np.arange(1000, dtype=np.float32), bytes(28)]
+    key = disk_cache.make_key("parts")
+    assert disk_cache.store("thing", key, parts) is True
+    joined = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+    assert disk_cache.load("thing", key) == joined
+    got = disk_cache.load("thing", key, aligned=True)
+    assert got.dtype == np.uint8 and got.ctypes.data % 64 == 0
+    assert got.tobytes() == joined
+
+
+@pytest.mark.parametrize("damage", [_truncated, _flipped_payload_byte, _extra_bytes])
+def test_damaged_entry_read_aligned_is_reported_and_absent(cache_dir, rng, damage):
+    key = disk_cache.make_key(str(rng.integers(1 << 30)))
+    disk_cache.store("thing", key, payload(rng, 5000))
+    path = disk_cache.entry_path("thing", key)
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.warns(CacheWarning, match="damaged"):
+        assert disk_cache.load("thing", key, aligned=True) is None
+    assert not path.exists()
+
+
+def test_store_says_whether_it_kept_the_entry(cache_dir, rng, monkeypatch):
+    assert disk_cache.store("thing", "k", payload(rng)) is True
+    monkeypatch.setenv("PYXLA_CACHE_MAX_BYTES", "100")
+    assert disk_cache.store("thing", "big", payload(rng, 101)) is False     # over the limit: not kept
+    assert disk_cache.load("thing", "big") is None
+    monkeypatch.setenv("PYXLA_CACHE_DIR", "")
+    assert disk_cache.store("thing", "k", payload(rng)) is False
+
+
 def test_unwritable_directory_warns_once(tmp_path, monkeypatch, rng):
     blocker = tmp_path / "file"
     blocker.write_bytes(b"x")

@@ -18,6 +18,7 @@ import pyxla  # noqa: E402
 import pyxla.onnx  # noqa: E402
 from pyxla.importers.onnx import load_index  # noqa: E402
 from pyxla.runtime import disk_cache  # noqa: E402
+from pyxla.runtime.memory import aligned_empty  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -258,3 +259,47 @@ def test_light_model_cold_and_warm_bit_for_bit(cache_dir):
         np.testing.assert_array_equal(cold[name], warm[name])
     for got, w in zip(warm.values(), want):
         np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", ["fill", "padded-tiles", "random", "empty", "float16-runs", "int8-random"])
+def test_weight_recipes_make_the_same_bytes(case):
+    """A packed weight kept as runs of values, or as raw bytes at an aligned offset, comes
+    back bit for bit (NaN payloads and negative zeros included)."""
+    rng = np.random.default_rng(30)
+    if case == "fill":
+        w = np.full((64, 3, 3, 8), -0.0, np.float32)
+    elif case == "padded-tiles":   # a filled kernel whose last tile is padded with zeros
+        w = np.zeros((2, 9, 16), np.float32)
+        w[:, :, :11] = np.float32(0.25)
+        w = w.reshape(-1)[:-3].copy()
+    elif case == "random":
+        w = rng.standard_normal((33, 7)).astype(np.float32)
+        w[0, 0] = np.frombuffer(np.uint32(0x7FC00123).tobytes(), np.float32)[0]   # a NaN with a payload
+    elif case == "empty":
+        w = np.zeros((0, 5), np.float32)
+    elif case == "float16-runs":
+        w = np.repeat(rng.standard_normal(3).astype(np.float16), 1000)
+    else:
+        w = rng.integers(-128, 128, (17, 5), dtype=np.int8)
+    recipe, raw = load_index.weight_recipe(w, 128)
+    assert ("runs" in recipe) == (case in ("fill", "padded-tiles", "float16-runs"))
+    kept = None
+    if raw is not None:
+        assert recipe["stored"] == 128
+        kept = aligned_empty(128 + raw.size, np.uint8)   # (as disk_cache.load(aligned=True) gives it)
+        kept[128:] = raw
+    back = load_index.make_weight(recipe, kept)
+    assert back.shape == w.shape and back.dtype == w.dtype
+    assert back.ctypes.data % 64 == 0 or back.size == 0
+    assert back.tobytes() == w.tobytes()
+
+
+def test_weight_recipe_refuses_a_stored_weight_outside_its_entry():
+    w = np.random.default_rng(31).standard_normal(400).astype(np.float32)
+    recipe, raw = load_index.weight_recipe(w, 64)
+    assert raw is not None
+    kept = np.zeros(64 + raw.size - 4, np.uint8)          # the entry is 4 bytes short
+    with pytest.raises(load_index.BadEntry):
+        load_index.make_weight(recipe, kept)
+    with pytest.raises(load_index.BadEntry):
+        load_index.make_weight(dict(recipe, stored=63), np.zeros(4096, np.uint8))   # not aligned
