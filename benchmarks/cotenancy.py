@@ -21,9 +21,13 @@ ONNX light models through pyxla.onnx, each timed
 in several rounds, the scenarios interleaved within a round and the peers' threads left to
 go to sleep between scenarios (SETTLE_S). For each round the median call of a scenario over
 the median alone call of the same round; the report gives the median of those ratios over
-the rounds and their range. Where the time goes: during each timed pyxla call, the CPU time
-the other libraries' threads used (cores busy, from /proc/self/task/*/schedstat) and the
-CPU time pyxla's own threads got.
+the rounds and their range. Where the time goes, from /proc/self/task/*/schedstat during
+each timed pyxla call: the cores the other libraries' threads kept busy, the cores pyxla's
+own threads got, and how many of pyxla's threads were runnable but waiting for a core (the
+time the others took from them; on a busy machine other processes take some too). And for
+each peer, with nothing else of the process running: the cores its threads keep busy in
+windows after its call returns (how long they spin). The kernel updates a running thread's
+run time at scheduler ticks (milliseconds), so the shares are rough for short calls.
 
 The peers are the user's: nothing here changes their settings.
 """
@@ -52,17 +56,21 @@ def thread_ids() -> set[int]:
         return set()
 
 
-def _runtime_ns(tid: int) -> int:
+def _schedstat(tid: int) -> tuple[int, int]:
+    """(nanoseconds on a CPU, nanoseconds runnable but waiting for one) of thread `tid`."""
     try:
         with open(f"/proc/self/task/{tid}/schedstat") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
+            run, wait = f.read().split()[:2]
+        return int(run), int(wait)
+    except (OSError, ValueError):
+        return 0, 0
 
 
-def cpu_ns(tids) -> int:
-    """Nanoseconds of CPU the threads `tids` have run (0 where /proc is missing)."""
-    return sum(_runtime_ns(t) for t in tids)
+def cpu_ns(tids) -> tuple[int, int]:
+    """Nanoseconds the threads `tids` have run, and waited to run while runnable (both 0
+    where /proc is missing)."""
+    stats = [_schedstat(t) for t in tids]
+    return sum(r for r, _ in stats), sum(w for _, w in stats)
 
 
 # --- workloads and peers -------------------------------------------------------------------------
@@ -120,21 +128,23 @@ def make_peer(peer: str, model_bytes: bytes, feeds: dict):
 def time_calls(run, before, calls: int, own: set[int]) -> dict:
     """`calls` timed calls of `run`, each right after `before()` (None: back to back): the
     times, and the cores the other libraries' threads and pyxla's own kept busy during them."""
-    times, foreign_busy, own_busy = [], [], []
+    times, foreign_busy, own_busy, own_waiting = [], [], [], []
     for _ in range(calls):
         if before is not None:
             before()
         foreign = thread_ids() - own
-        f0, o0 = cpu_ns(foreign), cpu_ns(own)
+        (f0, _), (o0, w0) = cpu_ns(foreign), cpu_ns(own)
         start = time.perf_counter()
         run()
         elapsed = time.perf_counter() - start
-        f1, o1 = cpu_ns(foreign), cpu_ns(own)
+        (f1, _), (o1, w1) = cpu_ns(foreign), cpu_ns(own)
         times.append(elapsed)
         foreign_busy.append((f1 - f0) / 1e9 / elapsed)
         own_busy.append((o1 - o0) / 1e9 / elapsed)
+        own_waiting.append((w1 - w0) / 1e9 / elapsed)
     return {"median_s": float(np.median(times)), "times_s": times,
-            "foreign_cores": float(np.median(foreign_busy)), "own_cores": float(np.median(own_busy))}
+            "foreign_cores": float(np.median(foreign_busy)), "own_cores": float(np.median(own_busy)),
+            "own_waiting": float(np.median(own_waiting))}
 
 
 def measure(workloads, peers: dict, rounds: int, calls: int, own: set[int]) -> dict:
@@ -159,26 +169,66 @@ def measure(workloads, peers: dict, rounds: int, calls: int, own: set[int]) -> d
                 "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios)),
                 "foreign_cores": float(np.median([e["foreign_cores"] for e in per_round])),
                 "own_cores": float(np.median([e["own_cores"] for e in per_round])),
+                "own_waiting": float(np.median([e["own_waiting"] for e in per_round])),
                 "round_medians_s": [e["median_s"] for e in per_round]}
         results[name] = entry
         print(format_lines({name: entry})[-1], flush=True)
     return results
 
 
+SPIN_WINDOWS_S = (0.005, 0.02, 0.05, 0.1, 0.2, 0.4)
+
+
+def spin_after(call, own: set[int], repeats: int = 3) -> list[float]:
+    """How long a library's threads keep cores busy after its call returns, nothing else of
+    this process running (the caller sleeps): the cores they kept busy in each window
+    (SPIN_WINDOWS_S, seconds after the call), the median over `repeats` calls."""
+    rows = []
+    for _ in range(repeats):
+        time.sleep(SETTLE_S)
+        call()
+        foreign = thread_ids() - own
+        t_prev, busy_prev = time.perf_counter(), cpu_ns(foreign)[0]
+        start, row = t_prev, []
+        for end in SPIN_WINDOWS_S:
+            time.sleep(max(0.0, start + end - time.perf_counter()))
+            t, busy = time.perf_counter(), cpu_ns(foreign)[0]
+            row.append((busy - busy_prev) / 1e9 / (t - t_prev))
+            t_prev, busy_prev = t, busy
+        rows.append(row)
+    return [float(v) for v in np.median(np.array(rows), axis=0)]
+
+
+def spin_lines(spins: dict) -> list[str]:
+    """A markdown table of spin_after's windows per library."""
+    if not spins:
+        return []
+    edges = (0.0, *SPIN_WINDOWS_S)
+    lines = ["| cores busy after the call | " + " | ".join(f"{a * 1e3:g}-{b * 1e3:g} ms"
+                                                       for a, b in zip(edges, edges[1:])) + " |",
+             "|---|" + "---|" * len(SPIN_WINDOWS_S)]
+    lines += [f"| {peer} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for peer, row in spins.items()]
+    return lines
+
+
 def format_lines(results: dict) -> list[str]:
-    """A markdown table: per workload the alone time, and per peer the ratio (range) and the
-    cores its threads kept busy during pyxla's call."""
+    """A markdown table: per workload the alone time, and per peer the ratio (range); under
+    each, the cores the peer's threads and pyxla's kept busy during pyxla's call, and the
+    threads of pyxla's that were runnable but waiting for a core (on average)."""
     if not results:
         return []
     peers = [s for s in next(iter(results.values())) if s != "alone"]
     lines = ["| workload | alone | " + " | ".join(f"after {p}" for p in peers) + " |",
              "|---|---|" + "---|" * len(peers)]
+
+    def threads(e):
+        return f"peer {e['foreign_cores']:.2f} / pyxla {e['own_cores']:.2f} busy, {e['own_waiting']:.2f} waiting"
+
     for name, entry in results.items():
-        cells = [f"{entry['alone']['median_s'] * 1e3:.2f} ms"]
+        cells = [f"{entry['alone']['median_s'] * 1e3:.2f} ms ({threads(entry['alone'])})"]
         for p in peers:
             e = entry[p]
-            cells.append(f"{e['ratio']:.2f}x ({e['ratio_min']:.2f}-{e['ratio_max']:.2f}), "
-                         f"peer {e['foreign_cores']:.2f} / pyxla {e['own_cores']:.2f} cores")
+            cells.append(f"{e['ratio']:.2f}x ({e['ratio_min']:.2f}-{e['ratio_max']:.2f}; {threads(e)})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -198,6 +248,7 @@ def run(rounds: int, calls: int, models: list[str], peers: list[str], scale: flo
     peer_model = model_cases[0][1:] if model_cases else \
         onnx_case_bytes("squeezenet") if "onnxruntime" in peers else (b"", {})
     peer_calls = {p: make_peer(p, *peer_model) for p in peers}
+    spins = {p: spin_after(call, own) for p, call in peer_calls.items()}
     results = measure(workloads, peer_calls, rounds, calls, own)
     try:
         from threadpoolctl import threadpool_info
@@ -207,7 +258,7 @@ def run(rounds: int, calls: int, models: list[str], peers: list[str], scale: flo
         libraries = []
     return {"rounds": rounds, "calls": calls, "scale": scale, "peer_matmul": PEER_SHAPE, "settle_s": SETTLE_S,
             "cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
-            "thread_libraries": libraries, "main_thread": threading.get_native_id(), "results": results}
+            "thread_libraries": libraries, "spin_after": spins, "results": results}
 
 
 def onnx_case_bytes(name: str):
@@ -229,7 +280,7 @@ def main(argv=None) -> None:
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cotenancy.json").write_text(json.dumps(result, indent=1))
-    print("\n".join(format_lines(result["results"])))
+    print("\n".join(format_lines(result["results"]) + [""] + spin_lines(result["spin_after"])))
 
 
 if __name__ == "__main__":

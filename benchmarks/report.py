@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from .cotenancy import format_lines as cotenancy_lines
+from .cotenancy import spin_lines
 from .workloads import WORKLOADS
 
 
@@ -97,7 +98,9 @@ def _cotenancy_section(cotenancy: dict | None) -> list[str]:
     if "unavailable" in cotenancy:
         return head + [f"not run ({cotenancy['unavailable'][:200]})"]
     return head + cotenancy_lines(cotenancy["results"]) + [
-        "", f"{cotenancy['rounds']} rounds of {cotenancy['calls']} calls per scenario, on {cotenancy['cores']} cores."]
+        "", f"{cotenancy['rounds']} rounds of {cotenancy['calls']} calls per scenario, on {cotenancy['cores']} cores. "
+        "How long each library's threads keep cores busy after its call (pyxla idle):", ""] + \
+        spin_lines(cotenancy.get("spin_after", {}))
 
 
 BUSY_SHARE = 0.1   # other processes using more than this share of the CPUs make a run "busy"

@@ -158,7 +158,8 @@ def test_cotenancy_scenario_times_pyxla_after_another_librarys_call(tmp_path):
     assert set(mlp) == {"alone", "numpy"}
     assert mlp["alone"]["ratio"] == 1.0 and mlp["numpy"]["ratio"] > 0
     assert mlp["numpy"]["ratio_min"] <= mlp["numpy"]["ratio"] <= mlp["numpy"]["ratio_max"]
-    assert mlp["numpy"]["foreign_cores"] >= 0 and mlp["numpy"]["own_cores"] >= 0
+    assert mlp["numpy"]["foreign_cores"] >= 0 and mlp["numpy"]["own_cores"] >= 0 and mlp["numpy"]["own_waiting"] >= 0
     report = write_report([], {"copy_gb_per_s": 1, "triad_gb_per_s": 1, "sgemm_gflops": 1}, tmp_path,
                           (0, 0, 0), (0, 0, 0), cotenancy=result)
     assert "| workload | alone | after numpy |" in report and "| mlp |" in report
+    assert len(result["spin_after"]["numpy"]) == 6 and "| numpy |" in report
