@@ -197,10 +197,11 @@ ATTRIBUTE_KINDS: dict[str, str] = {
     "custom_call_has_side_effect": "bool",
     "output_to_operand_aliasing": "raw",
     "schedule": "enum",
-    # dynamic padding (passes/dynamic_padder): the run-time size of dimension 0 of a value,
-    # over the size parameters; on a fusion, the operand holding its output rows' count
+    # dynamic padding (passes/dynamic_padder/bounded_rows.py): "d:size", the run-time size
+    # of dimension d of a value over the symbols; on a fusion, {operand, d}: the operand
+    # holding the count of indices of dimension d of its outputs that are needed
     "dynamic_rows": "string",
-    "bounded_rows": "int",
+    "bounded_rows": "ints",
     # annotations that never change a value
     "metadata": "metadata",
     "backend_config": "raw",

@@ -14,6 +14,7 @@ from pyxla.hlo.types import F32, S32
 from pyxla.passes.dynamic_padder import bound_kernel_rows, pad_to_bounds
 
 B = DimExpr.symbol(Symbol("b"))
+S = DimExpr.symbol(Symbol("s"))
 
 
 def arr(*dims, dtype=F32) -> ArrayShape:
@@ -34,7 +35,7 @@ def test_the_values_with_symbolic_rows_are_marked_and_the_masks_are_not():
     verify_module(padded.module)
     entry = padded.module.entry
     marks = {i.opcode: i.attrs.get("dynamic_rows") for i in entry.instructions}
-    assert marks["tanh"] == "b"
+    assert marks["tanh"] == "0:b"
     selects = [i for i in entry.instructions if i.opcode == "select"]
     assert selects, "the reduction over b is masked"
     assert all("dynamic_rows" not in i.attrs for i in selects)
@@ -51,9 +52,37 @@ def test_selects_of_the_users_are_not_marked():
     kept = hb.op("select", positive, x, hb.op("negate", x))
     module = hb.module(hb.op("exponential", kept))
     entry = pad_to_bounds(module, {"b": 16}).module.entry
-    assert entry.root.attrs["dynamic_rows"] == "b"
+    assert entry.root.attrs["dynamic_rows"] == "0:b"
     assert all("dynamic_rows" not in i.attrs for i in entry.instructions if i.opcode == "select")
-    assert any(i.attrs.get("dynamic_rows") == "b" for i in entry.instructions if i.opcode == "compare")
+    assert any(i.attrs.get("dynamic_rows") == "0:b" for i in entry.instructions if i.opcode == "compare")
+
+
+def test_a_mask_is_marked_for_a_dimension_it_does_not_mask_and_values_for_their_outermost():
+    """Softmax rows over a symbolic last dimension: (4, b, s) scores; the masks before the
+    reductions over s define the padding along s only, so they are marked for b (dimension
+    1, the outermost symbolic one); the other values are marked for b too."""
+    hb = HloBuilder("m")
+    x = hb.parameter(arr(4, B, S), "x")
+    peak = hb.op("reduce", x, hb.constant(-np.inf, F32), dimensions=(2,), to_apply=scalar_computation("maximum", F32))
+    e = hb.op("exponential", hb.op("subtract", x, hb.op("broadcast", peak, shape=arr(4, B, S), dimensions=(0, 1))))
+    module = hb.module(e)
+    padded = pad_to_bounds(module, {"b": 8, "s": 16})
+    entry = padded.module.entry
+    masks = [i for i in entry.instructions if i.opcode == "select"]
+    assert masks and all(i.attrs.get("dynamic_rows") == "1:b" for i in masks)
+    assert entry.root.attrs["dynamic_rows"] == "1:b"
+    _, compiled = _compiled(module, {"b": 8, "s": 16})
+    bounded = [i for i in compiled.entry.instructions if "bounded_rows" in i.attrs]
+    assert bounded and all(i.attrs["bounded_rows"][1] == 1 for i in bounded)
+
+
+def test_a_mask_of_its_only_symbolic_dimension_is_not_marked():
+    hb = HloBuilder("m")
+    x = hb.parameter(arr(4, S), "x")
+    module = hb.module(hb.op("reduce", x, hb.constant(0.0, F32), dimensions=(1,), to_apply=scalar_computation("add", F32)))
+    entry = pad_to_bounds(module, {"s": 16}).module.entry
+    masks = [i for i in entry.instructions if i.opcode == "select"]
+    assert masks and all("dynamic_rows" not in i.attrs for i in masks)
 
 
 def test_a_merged_dimension_is_marked_with_its_expression():
@@ -61,7 +90,7 @@ def test_a_merged_dimension_is_marked_with_its_expression():
     x = hb.parameter(arr(B, 2, 4), "x")
     module = hb.module(hb.op("exponential", hb.op("reshape", x, shape=arr(2 * B, 4))))
     padded = pad_to_bounds(module, {"b": 8})
-    assert padded.module.entry.root.attrs["dynamic_rows"] == "2*b"
+    assert padded.module.entry.root.attrs["dynamic_rows"] == "0:2*b"
 
 
 def _compiled(module, bounds):
@@ -77,10 +106,11 @@ def test_fusions_whose_outputs_are_marked_get_the_size_parameter_as_their_bound(
     assert bounded, module.to_text()
     for fusion in bounded:
         assert fusion.opcode == "fusion"
-        assert fusion.operands[fusion.attrs["bounded_rows"]] is size
+        number, dimension = fusion.attrs["bounded_rows"]
+        assert fusion.operands[number] is size and dimension == 0
         root = fusion.attrs["calls"].root
         for out in (root.operands if root.opcode == "tuple" else [root]):
-            assert out.attrs["dynamic_rows"] == "b"
+            assert out.attrs["dynamic_rows"] == "0:b"
     # the column sums (rows 8, static) come from a fusion that computes everything
     sums = [i for i in entry.instructions if i.opcode == "fusion" and i.shape == arr(8)]
     assert all("bounded_rows" not in i.attrs for i in sums)
@@ -102,7 +132,7 @@ def test_a_mask_that_a_kernel_outputs_is_computed_whole():
     for f in fusions:
         root = f.attrs["calls"].root
         if "bounded_rows" in f.attrs:
-            assert root.opcode != "select" and root.attrs.get("dynamic_rows") == "b"
+            assert root.opcode != "select" and root.attrs.get("dynamic_rows") == "0:b"
     assert all("bounded_rows" not in f.attrs for f in masks)
 
 
@@ -115,9 +145,9 @@ def test_a_row_count_other_than_a_symbol_is_computed_once_in_entry():
     entry = module.entry
     bounded = [i for i in entry.instructions if "bounded_rows" in i.attrs]
     assert bounded
-    sizes = {id(f.operands[f.attrs["bounded_rows"]]) for f in bounded}
+    sizes = {id(f.operands[f.attrs["bounded_rows"][0]]) for f in bounded}
     assert len(sizes) == 1
-    size = bounded[0].operands[bounded[0].attrs["bounded_rows"]]
+    size = bounded[0].operands[bounded[0].attrs["bounded_rows"][0]]
     assert size.opcode == "multiply" and size.shape == arr(dtype=S32)
     assert {o.opcode for o in size.operands} == {"parameter", "constant"}
     assert [int(np.asarray(o.literal)) for o in size.operands if o.opcode == "constant"] == [2]

@@ -77,7 +77,7 @@ from ..llvm.ir_types import (
     i64,
     scalar_constant,
 )
-from ..llvm.loops import for_range, for_span
+from ..llvm.loops import counted_loop, for_range, for_span
 from ..llvm.transpose_loops import blocked_loop_nest, crossed_dimensions
 from .control_flow import (
     CONTROL_FLOW,
@@ -399,7 +399,7 @@ class KernelEmitter:
         self.pointers = pointers
         self.scratch = scratch        # the arena's kernel scratch: memory this kernel may use while it runs
         self.scratch_used = 0
-        self.row_bound: ir.Value | None = None   # the run-time row count of a bounded fusion (emit)
+        self.row_bound: tuple[int, ir.Value] | None = None   # a bounded fusion's (dimension, count) (emit)
         fused = instr.attrs["calls"] if instr.opcode == "fusion" else None
         self.fused = fused
         self.e = ElementalEmitter(b, codegen.ir, self._read_parameter, self._read_constant)
@@ -458,22 +458,23 @@ class KernelEmitter:
             return emit_concatenated_rows(self, root, concat)
         self.emit_loop(root)
 
-    def _read_row_bound(self) -> ir.Value | None:
-        """A fusion with `bounded_rows=k` needs only the rows of dimension 0 of its outputs below
-        the value of its s32[] operand k (the rest is padding no one reads,
-        passes/dynamic_padder/bounded_rows.py): that count, read once at kernel entry and
-        clamped to [0, rows]. The loops over the output's rows (loop kernels, the rows of a
+    def _read_row_bound(self) -> tuple[int, ir.Value] | None:
+        """A fusion with `bounded_rows={k, d}` needs only the indices of dimension d of its
+        outputs below the value of its s32[] operand k (the rest is padding no one reads,
+        passes/dynamic_padder/bounded_rows.py): (d, that count), read once at kernel entry
+        and clamped to [0, extent]. The loops over the output (loop kernels, the rows of a
         reduction, pyxla's GEMM blocks and epilogues) stop there; other kernels compute
         everything."""
-        number = self.instr.attrs.get("bounded_rows")
-        if number is None:
+        bounded = self.instr.attrs.get("bounded_rows")
+        if bounded is None:
             return None
+        number, d = bounded
         shape = self.instr.shape
-        rows = (shape.elements[0] if isinstance(shape, TupleShape) else shape).dims[0]
+        extent = (shape.elements[0] if isinstance(shape, TupleShape) else shape).dims[d]
         b = self.b
         value = b.sext(b.load(self.pointers[id(self.instr.operands[number])], typ=I32), ir.IntType(64))
         value = b.select(b.icmp_signed("<", value, i64(0)), i64(0), value)
-        return b.select(b.icmp_signed("<", value, i64(rows)), value, i64(rows), name="rows.bound")
+        return d, b.select(b.icmp_signed("<", value, i64(extent)), value, i64(extent), name="rows.bound")
 
     def _output_fusion_kernel(self):
         if self.fused is None or self.instr.attrs.get("kind") != "kOutput":
@@ -531,7 +532,9 @@ class KernelEmitter:
                 del self.e.buffer_reads[id(value)]
             self.e.pop_scope()
 
-        self.loop_nest(rows, row_body, work, self.row_bound)   # rows[0] is the outputs' dimension 0
+        # the rows are the first dimensions of every output
+        bound = self.row_bound if self.row_bound is not None and self.row_bound[0] < len(rows) else None
+        self.loop_nest(rows, row_body, work, bound)
 
     def _row_kept_values(self, reduces, rows, leaves) -> list[HloInstruction]:
         """Values of a row that its reductions compute and its outputs use again, and that
@@ -680,33 +683,55 @@ class KernelEmitter:
         n_tasks = min(wanted, flat)
         return (k, n_tasks) if n_tasks >= 2 else None
 
-    def parallel_chunks(self, extents, k: int, n_tasks: int, body, bound: ir.Value | None = None) -> None:
+    def parallel_chunks(self, extents, k: int, n_tasks: int, body, flat: ir.Value | None = None) -> None:
         """body(task, begin, end) on the pool, for n_tasks balanced contiguous chunks
-        [begin, end) of the flat range of the first k dimensions of `extents`; with `bound`
-        (an i64 value), of those whose index in dimension 0 is below it."""
+        [begin, end) of the flat range of the first k dimensions of `extents`, or of
+        [0, flat) (an i64 value known at run time)."""
         b = self.b
 
         def task(t):
-            flat = i64(_prod(extents[:k])) if bound is None else b.mul(bound, i64(_prod(extents[1:k])))
-            begin = b.udiv(b.mul(t, flat), i64(n_tasks))
-            end = b.udiv(b.mul(b.add(t, i64(1)), flat), i64(n_tasks))
+            total = i64(_prod(extents[:k])) if flat is None else flat
+            begin = b.udiv(b.mul(t, total), i64(n_tasks))
+            end = b.udiv(b.mul(b.add(t, i64(1)), total), i64(n_tasks))
             self.e.push_scope()
             body(t, begin, end)
             self.e.pop_scope()
 
         emit_parallel_tasks(b, worker_pool(), n_tasks, task)
 
-    def loop_nest(self, extents, body, work: float, bound: ir.Value | None = None) -> None:
+    def loop_nest(self, extents, body, work: float, bound: tuple[int, ir.Value] | None = None) -> None:
         """for_range(extents, body), split across the pool's threads when `work` is large;
-        with `bound` (an i64 value), over the indices whose dimension 0 is below it only."""
+        with `bound` (d, count: an i64 value), over the indices whose dimension d is below
+        count only."""
+        b = self.b
         split = self.split(extents, work)
+        if bound is None:
+            if split is None:
+                return for_range(b, extents, body)
+            k, n_tasks = split
+            return self.parallel_chunks(extents, k, n_tasks,
+                                        lambda t, begin, end: for_span(b, extents, k, begin, end, body))
+        d, count = bound
         if split is None:
-            if bound is None:
-                return for_range(self.b, extents, body)
-            return for_span(self.b, extents, 1, i64(0), bound, body)
+            return _bounded_nest(b, extents, d, count, body)
         k, n_tasks = split
-        self.parallel_chunks(extents, k, n_tasks,
-                             lambda t, begin, end: for_span(self.b, extents, k, begin, end, body), bound)
+        if d == 0:   # the flat range of the first k dimensions ends at count rows
+            return self.parallel_chunks(extents, k, n_tasks,
+                                        lambda t, begin, end: for_span(b, extents, k, begin, end, body),
+                                        b.mul(count, i64(_prod(extents[1:k]))))
+        if k <= d:   # chunks of the dimensions before the bounded one, each bounded inside
+            return self.parallel_chunks(extents, k, n_tasks, lambda t, begin, end: for_span(
+                b, extents[:k], k, begin, end,
+                lambda outer: _bounded_nest(b, extents[k:], d - k, count, lambda inner: body(outer + inner))))
+        # chunks of (the dimensions before it) x (its first count indices)
+        outer_extents = tuple(extents[:d])
+
+        def one(f):
+            outer = delinearize(b, b.udiv(f, count), outer_extents, default_layout(d))
+            for_range(b, extents[d + 1:], lambda inner: body(tuple(outer) + (b.urem(f, count),) + tuple(inner)))
+
+        self.parallel_chunks(extents, d + 1, n_tasks, lambda t, begin, end: counted_loop(b, begin, end, one),
+                             b.mul(count, i64(_prod(outer_extents))))
 
     def _reduce_in_parts(self, r: HloInstruction, shape: ArrayShape, result, work: float) -> bool:
         """Compute reduction `r` into `result` (laid out as `shape`) by tasks that each reduce
@@ -798,8 +823,9 @@ class KernelEmitter:
             def epilogue(prefix, i, j):
                 self.store_root(root, shape, tuple(prefix) + (i, j))
 
-            # a bounded fusion's rows are the product's rows when the result is [m, n]
-            m_bound = self.row_bound if nb == 0 and shape.rank == 2 else None
+            # a bounded fusion's rows are each product's rows when the result is [batch..., m, n]
+            m_bound = self.row_bound[1] if self.row_bound is not None and self.row_bound[0] == nb and \
+                shape.rank == nb + 2 else None
             emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, shape.dims[:nb], m, n, k, a_t, b_t,
                            pool.threads * GEMM_TASKS_PER_THREAD if pooled else 1, epilogue if per_product else None,
                            m_bound=m_bound)
@@ -873,6 +899,12 @@ def _identity(opcode: str, t):
         return {"maximum": -np.inf, "minimum": np.inf}.get(opcode)
     least, greatest = integer_limits(t)
     return {"and": -1 if least < 0 else greatest, "maximum": least, "minimum": greatest}[opcode]
+
+
+def _bounded_nest(b: ir.IRBuilder, extents, d: int, count: ir.Value, body) -> None:
+    """for_range(extents, body) over the indices whose dimension d is below count only."""
+    for_range(b, extents[:d], lambda outer: for_span(
+        b, extents[d:], 1, i64(0), count, lambda inner: body(tuple(outer) + tuple(inner))))
 
 
 def _prod(dims) -> int:

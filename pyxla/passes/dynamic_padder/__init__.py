@@ -47,11 +47,12 @@ dot batch and free dimensions, a convolution's batch dimension, slices with stat
 sort along static dimensions. Masking a reduction's padding with its init value assumes the
 init is the reducer's identity, as XLA's reduce semantics require.
 
-Padding rows left uncomputed: each ENTRY instruction of the traced module whose dimension 0
-is symbolic is marked `dynamic_rows="<expression>"` (the masks the padder adds are not), and
-after fusion `bound_kernel_rows` gives each fusion whose outputs are all marked the actual
-row count as an extra operand (`bounded_rows=<operand>`), so its kernel may skip the rows
-beyond it (bounded_rows.py says why that is sound).
+Padding left uncomputed: each ENTRY instruction of the traced module with a symbolic
+dimension is marked `dynamic_rows="<dimension>:<expression>"` for its outermost one (a mask
+for its outermost one that it does not mask), and after fusion `bound_kernel_rows` gives each
+fusion whose outputs are all marked alike the actual size as an extra operand
+(`bounded_rows={<operand>,<dimension>}`), so its kernel may skip the indices beyond it along
+that dimension (bounded_rows.py says why that is sound).
 
 Files: padder.py (the size parameters, masks, the walk), rewrites.py (data operations),
 control_flow.py (loops and conditionals), bounded_rows.py (the marks and the bounds); this
@@ -118,7 +119,7 @@ def pad_to_bounds(module: HloModule, bounds: Mapping[str, int] | None = None) ->
     originals = [i for i in entry.instructions if i.opcode not in ("parameter", "constant")]
     padder = Padder(work, entry, [s.name for s in symbols], values, HANDLERS)
     padder.run()
-    mark_dynamic_rows(work, originals, padder.params, values)
+    mark_dynamic_rows(work, originals, padder.mask_dims, padder.params, values)
     _substitute(work, values)
     work.header_attrs.pop("entry_computation_layout", None)   # the signature has grown
     return PaddedModule(work, tuple(s.name for s in symbols), values, output_dims, param_dims)

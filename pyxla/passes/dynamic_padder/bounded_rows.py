@@ -1,35 +1,39 @@
-"""Padding rows that no kernel needs to compute: the marks the padder leaves, and the bound
-each fusion gets from them after fusion.
+"""Padding that no kernel needs to compute: the marks the padder leaves, and the bound each
+fusion gets from them after fusion.
 
 Why it is sound. By the padder's contract an array holds its valid elements in [0, e) of a
 dimension of symbolic size e and unspecified values beyond, and everything that could
-observe the padding reads it through a mask the padder adds (`select(iota < size, x,
-fill)` before a reduction, a contraction, a window, a sort key, a scatter's indices, ...).
-So the padding of every other value is never read as a value: a kernel may leave it as
-the memory held it. Only the masks' padding must be defined, and only when a mask is a
-kernel's output (a mask fused into its consumer is computed element by element as the
-consumer reads it, whatever rows the consumer computes).
+observe the padding along a dimension reads it through a mask the padder adds along that
+dimension (`select(iota < size, x, fill)` before a reduction, a contraction, a window, a
+scatter's indices, ...; a sort gets a select as its key). Ops that do not mix elements along
+a dimension keep what its padding holds in its padding. So the padding of a value that is
+not a mask is never read as a value, and a mask's padding is read only along the
+dimensions it masks: a kernel may leave the rest as the memory held it. (A mask fused into
+its consumer is computed element by element as the consumer reads it.)
 
 The rule, in two steps:
   - `mark_dynamic_rows` (at the end of `pad_to_bounds`, before the sizes become numbers):
-    each instruction of the traced ENTRY computation that computes an array whose dimension
-    0 is symbolic gets `dynamic_rows="<expression>"` (`"b"`, `"2*b"`). The padder's own
-    instructions (masks, sizes, the pieces of rewritten concatenations) get none, nor do
-    loop bodies and branches, nor any `select`: every value the padder makes whose padding
-    is read (a mask, a sort's key) is a select, and CSE, which compares instructions
-    without their annotations, could otherwise keep a marked select of the user's in place
-    of an identical mask. Fusion copies the attribute with the instruction; a pass that
-    makes an op anew from another's semantic attributes, at another shape (moving a reshape
-    or transpose across it), leaves it out, so the new op is computed whole.
+    each instruction of the traced ENTRY computation that computes an array with a symbolic
+    dimension gets `dynamic_rows="<d>:<expression>"` for its outermost one d (`"0:b"`,
+    `"1:s"`, `"0:2*b"`); a mask the padder made, for its outermost symbolic dimension that
+    it does not mask. Nothing else the padder made is marked (sizes, sort keys, the pieces
+    of rewritten concatenations), nor loop bodies and branches, nor any `select` of the
+    user's: every value the padder makes whose padding is read is a select, and CSE, which
+    compares instructions without their annotations, could otherwise keep the user's
+    marked select in place of an identical mask. Fusion copies the attribute with the
+    instruction; a pass that makes an op anew from another's semantic attributes at
+    another shape (moving a reshape or transpose across it) leaves it out, so the new op is
+    computed whole.
   - `bound_kernel_rows` (a compiler stage after fusion, before scheduling): each fusion of
     the ENTRY computation whose outputs (ROOT, or every element of a ROOT tuple) are all
-    marked with the same expression, with dimension 0 of each at the expression's value at
-    the bucket's bounds, gets the expression's actual value as an `s32[]` operand (the size
-    parameter itself for `"b"`, an existing operand when the fusion already reads it, else
-    a scalar computed from the size parameters) and `bounded_rows=<operand number>`: its
-    kernel needs only rows [0, that value) of dimension 0 of each output. Kernels may
-    still compute more (the attribute permits, it does not require). Fusions of kinds
-    other than kLoop, kInput and kOutput (custom kernels) are left alone.
+    marked alike, each with dimension d at the expression's value at the bucket's bounds,
+    gets the expression's actual value as an `s32[]` operand (the size parameter itself
+    for `"0:b"`, an existing operand when the fusion already reads it, else a scalar
+    computed from the size parameters) and `bounded_rows={<operand number>,<d>}`: its
+    kernel needs only indices [0, that value) of dimension d of each output. Kernels may
+    still compute more (the attribute permits, it does not require). Marked dots and
+    elementwise ops that fusion left alone are first wrapped in a fusion of their own;
+    fusions of kinds other than kLoop, kInput and kOutput (custom kernels) are left alone.
 
 Nothing is marked in a static module, so its compile is unchanged.
 """
@@ -55,19 +59,25 @@ BOUNDED_KINDS = ("kLoop", "kInput", "kOutput")
 WRAPPED = {"dot": "kOutput", **{op: "kLoop" for op in ELEMENTWISE}}
 
 
-def mark_dynamic_rows(module: HloModule, originals: Sequence[HloInstruction],
+def mark_dynamic_rows(module: HloModule, originals: Sequence[HloInstruction], masks: Mapping[int, tuple[int, ...]],
                       params: Mapping[str, HloInstruction], bounds: Mapping[str, int]) -> None:
-    """Mark `originals` (the traced ENTRY instructions, before the padder added its own)
-    that are still in ENTRY and have a symbolic dimension 0; note the size parameters on
-    the module for `bound_kernel_rows`."""
+    """Mark `originals` (the traced ENTRY instructions, before the padder added its own) and
+    the padder's masks (`masks`: id -> the dimensions each masks) that are in ENTRY; note
+    the size parameters on the module for `bound_kernel_rows`."""
     entry = module.entry
-    for instr in originals:
-        if instr.parent is not entry or instr.opcode == "select" or not isinstance(instr.shape, ArrayShape) \
-                or not instr.shape.rank:
+    assert entry is not None
+    chosen: dict[int, tuple[int, ...]] = {id(i): () for i in originals if i.opcode != "select"}
+    chosen.update(masks)
+    for instr in entry.instructions:
+        masked = chosen.get(id(instr))
+        if masked is None or not isinstance(instr.shape, ArrayShape):
             continue
-        rows = instr.shape.dims[0]
-        if isinstance(rows, DimExpr) and _parsed(str(rows), params) == rows:
-            instr.attrs["dynamic_rows"] = str(rows)
+        d = next((d for d, n in enumerate(instr.shape.dims) if isinstance(n, DimExpr) and d not in masked), None)
+        if d is None:
+            continue
+        size = instr.shape.dims[d]
+        if _parsed(str(size), params) == size:
+            instr.attrs["dynamic_rows"] = f"{d}:{size}"
     setattr(module, SIZE_PARAMETERS, {name: (p.parameter_number, bounds[name]) for name, p in params.items()})
 
 
@@ -90,15 +100,16 @@ def bound_kernel_rows(module: HloModule) -> bool:
     computed: dict[str, HloInstruction] = {}
     changed = False
     for instr in list(entry.instructions):
-        fusion = _wrapped(module, instr) if instr.attrs.get("dynamic_rows") and instr.opcode in WRAPPED else instr
-        text = _bounded_expression(fusion, bounds)
-        if text is None:
+        fusion = _wrapped(module, instr) if "dynamic_rows" in instr.attrs and instr.opcode in WRAPPED else instr
+        mark = _bounded_mark(fusion, bounds)
+        if mark is None:
             continue
+        d, text = mark
         if text not in computed:
             computed[text] = _size(module, entry, _parsed(text, sizes), sizes, parameters)  # type: ignore[arg-type]
         size = computed[text]
         if size in fusion.operands:
-            fusion.attrs["bounded_rows"] = fusion.operands.index(size)
+            fusion.attrs["bounded_rows"] = (fusion.operands.index(size), d)
         else:
             fused = fusion.attrs["calls"]
             number = len(fusion.operands)
@@ -106,7 +117,7 @@ def bound_kernel_rows(module: HloModule) -> bool:
                                                  parameter_number=number))
             fusion.operands.append(size)
             size.users.append(fusion)
-            fusion.attrs["bounded_rows"] = number
+            fusion.attrs["bounded_rows"] = (number, d)
         changed = True
     if changed:
         entry.sort_topologically()
@@ -135,23 +146,24 @@ def _wrapped(module: HloModule, instr: HloInstruction) -> HloInstruction:
     return fusion
 
 
-def _bounded_expression(fusion: HloInstruction, bounds: Mapping[str, int]) -> str | None:
-    """The row expression shared by every output of `fusion`, when it may be bounded."""
+def _bounded_mark(fusion: HloInstruction, bounds: Mapping[str, int]) -> tuple[int, str] | None:
+    """(dimension, size expression) shared by every output of `fusion`, when it may be bounded."""
     if fusion.opcode != "fusion" or fusion.attrs.get("kind") not in BOUNDED_KINDS or "bounded_rows" in fusion.attrs:
         return None
     root = fusion.attrs["calls"].root
     outputs = root.operands if root.opcode == "tuple" else [root]
-    texts = {o.attrs.get("dynamic_rows") for o in outputs}
-    if len(texts) != 1 or None in texts:
+    marks = {o.attrs.get("dynamic_rows") for o in outputs}
+    if len(marks) != 1 or None in marks:
         return None
-    (text,) = texts
+    (mark,) = marks
+    dimension, _, text = str(mark).partition(":")
     expr = _parsed(text, bounds)
-    if not isinstance(expr, DimExpr) or any(s.name not in bounds for s in expr.symbols):
+    if not dimension.isdigit() or not isinstance(expr, DimExpr) or any(s.name not in bounds for s in expr.symbols):
         return None
-    at_bounds = expr.evaluate(bounds)
-    if any(not isinstance(o.shape, ArrayShape) or not o.shape.rank or o.shape.dims[0] != at_bounds for o in outputs):
+    d, at_bounds = int(dimension), expr.evaluate(bounds)
+    if any(not isinstance(o.shape, ArrayShape) or o.shape.rank <= d or o.shape.dims[d] != at_bounds for o in outputs):
         return None   # a pass changed the value's shape but kept the mark: compute it whole
-    return text
+    return d, text
 
 
 def _size(module: HloModule, entry, expr: DimExpr, sizes, parameters) -> HloInstruction:

@@ -67,6 +67,7 @@ class Padder:
                                    parameter_number=first + i)
             params[name] = entry.add_instruction(param)
         self.params = params   # symbol name -> its ENTRY size parameter
+        self.mask_dims: dict[int, tuple[int, ...]] = {}   # id of a mask -> the dimensions it defines the padding of
         # Where each computation reads the actual sizes: ENTRY from its parameters, a loop's
         # body and condition from the loop state they are threaded through (_while).
         self.sources: dict[int, dict[str, HloInstruction]] = {id(entry): params}
@@ -152,7 +153,9 @@ class Padder:
         if mask is None:
             return x
         filler = self.add(comp, "broadcast", shape.without_layout(), (fill,), dimensions=())
-        return self.add(comp, "select", shape.without_layout(), (mask, x, filler))
+        result = self.add(comp, "select", shape.without_layout(), (mask, x, filler))
+        self.mask_dims[id(result)] = tuple(d for d in dims if symbolic(shape.dims[d]))
+        return result
 
     def zero(self, comp: HloComputation, dtype) -> HloInstruction:
         return self.constant(comp, 0, dtype)

@@ -45,74 +45,98 @@ def _merged_rows(x, w):
     return pnp.exp(x.reshape(x.shape[0] * 2, -1) @ w)   # rows 2*b
 
 
+def _attention(x):
+    """(heads, b, 32): scores (heads, b, b), softmax over the last, weighted sum of rows."""
+    p = pyxla.nn.softmax(x @ pnp.transpose(x, (0, 2, 1)) * 0.125, axis=-1)
+    return p @ x
+
+
+def _np_attention(x):
+    return _np_softmax_rows(x @ x.transpose(0, 2, 1) * 0.125) @ x
+
+
 CASES = {
-    # name: (function, NumPy reference, row shape of x, other arguments' shapes, bound)
-    "small loop": (lambda x: pnp.tanh(x) * 2.0 + 1.0, lambda x: np.tanh(x) * 2.0 + 1.0, (8,), [], 16),
-    "parallel loop": (lambda x: pnp.tanh(x) * 2.0 + 1.0, lambda x: np.tanh(x) * 2.0 + 1.0, (700,), [], 256),
-    "row softmax": (_softmax_rows, _np_softmax_rows, (300,), [], 128),
-    "mlp": (_mlp, _np_mlp, (256,), [(256, 512), (512,), (512, 24)], 128),
-    "merged rows": (_merged_rows, lambda x, w: np.exp(x.reshape(x.shape[0] * 2, -1) @ w), (2, 96), [(96, 64)], 64),
+    # name: (function, NumPy reference, shape of x with None for b, other arguments' shapes, bound)
+    "small loop": (lambda x: pnp.tanh(x) * 2.0 + 1.0, lambda x: np.tanh(x) * 2.0 + 1.0, (None, 8), [], 16),
+    "parallel loop": (lambda x: pnp.tanh(x) * 2.0 + 1.0, lambda x: np.tanh(x) * 2.0 + 1.0, (None, 700), [], 256),
+    "row softmax": (_softmax_rows, _np_softmax_rows, (None, 300), [], 128),
+    "mlp": (_mlp, _np_mlp, (None, 256), [(256, 512), (512,), (512, 24)], 128),
+    "merged rows": (_merged_rows, lambda x, w: np.exp(x.reshape(x.shape[0] * 2, -1) @ w), (None, 2, 96),
+                    [(96, 64)], 64),
+    # bounded along dimension 1: split before it (16 outer), and across it (2 outer)
+    "inner loop, outer split": (lambda x: pnp.tanh(x) + 1.0, lambda x: np.tanh(x) + 1.0, (16, None, 512), [], 64),
+    "inner loop, split across": (lambda x: pnp.tanh(x) + 1.0, lambda x: np.tanh(x) + 1.0, (2, None, 2048), [], 64),
+    "attention": (_attention, _np_attention, (4, None, 32), [], 128),
 }
 
 
-def _bucket(fn, row_shape, others, bound, rng):
+def _at(shape, size):
+    return tuple(size if n is None else n for n in shape)
+
+
+def _bucket(fn, shape, others, bound, rng):
     weights = [(rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32) for s in others]
-    f = pyxla.jit(fn, polymorphic_shapes=("b" + ", _" * len(row_shape),) + (None,) * len(others),
+    spec = ", ".join("b" if n is None else "_" for n in shape)
+    f = pyxla.jit(fn, polymorphic_shapes=(spec,) + (None,) * len(others),
                   shape_constraints=(f"b <= {bound}",), size_buckets={"b": (bound,)})
-    full = rng.standard_normal((bound, *row_shape)).astype(np.float32)
+    full = rng.standard_normal(_at(shape, bound)).astype(np.float32)
     return f.bucket_executable(full, *weights), weights
 
 
-def _padded(rng, row_shape, bound, size, fill=np.nan):
-    values = rng.standard_normal((size, *row_shape)).astype(np.float32)
-    buffer = np.full((bound, *row_shape), fill, np.float32)
-    buffer[:size] = values
+def _padded(rng, shape, bound, size, fill=np.nan):
+    values = rng.standard_normal(_at(shape, size)).astype(np.float32)
+    buffer = np.full(_at(shape, bound), fill, np.float32)
+    buffer[tuple(slice(0, n) for n in values.shape)] = values
     return values, buffer
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_valid_rows_are_exact_with_nan_padding(name):
-    fn, reference, row_shape, others, bound = CASES[name]
+    fn, reference, shape, others, bound = CASES[name]
     rng = np.random.default_rng(7)
-    bucket, weights = _bucket(fn, row_shape, others, bound, rng)
+    bucket, weights = _bucket(fn, shape, others, bound, rng)
     assert "bounded_rows=" in bucket.compiled.as_text()
     for size in (1, 3, bound // 2 + 1, bound - 1, bound):
-        values, buffer = _padded(rng, row_shape, bound, size)
+        values, buffer = _padded(rng, shape, bound, size)
         (out,) = bucket.compiled.executable.run_flat([buffer, *weights, np.int32(size)])
         want = reference(values.astype(np.float64), *[w.astype(np.float64) for w in weights])
-        rows = want.shape[0]
-        assert np.isfinite(out[:rows]).all(), (name, size)
-        np.testing.assert_allclose(out[:rows], want, rtol=2e-5, atol=2e-5, err_msg=f"{name} at size {size}")
+        valid = out[tuple(slice(0, n) for n in want.shape)]
+        assert np.isfinite(valid).all(), (name, size)
+        np.testing.assert_allclose(valid, want, rtol=2e-5, atol=2e-5, err_msg=f"{name} at size {size}")
 
 
 SKIPPED = {
-    # name: (function, row shape, other arguments' shapes, bound): outputs of at least 1 MiB
-    "loop": (lambda x: pnp.tanh(x) * 2.0 + 1.0, (1024,), [], 256),
-    "row softmax": (_softmax_rows, (1024,), [], 256),
-    "gemm with epilogue": (lambda x, w: pnp.maximum(x @ w, 0.0) + 0.5, (64,), [(64, 1024)], 256),
+    # name: (function, shape of x with None for b, other arguments' shapes, bound): outputs
+    # of at least 1 MiB
+    "loop": (lambda x: pnp.tanh(x) * 2.0 + 1.0, (None, 1024), [], 256),
+    "row softmax": (_softmax_rows, (None, 1024), [], 256),
+    "gemm with epilogue": (lambda x, w: pnp.maximum(x @ w, 0.0) + 0.5, (None, 64), [(64, 1024)], 256),
+    "loop along dimension 1": (lambda x: pnp.tanh(x) * 2.0 + 1.0, (4, None, 256), [], 256),
 }
 
 
 @pytest.mark.parametrize("name", sorted(SKIPPED))
 def test_padding_rows_of_the_output_are_left_as_they_were(name):
-    fn, row_shape, others, bound = SKIPPED[name]
+    fn, shape, others, bound = SKIPPED[name]
     if name.startswith("gemm") and worker_pool() is None:
         pytest.skip("the dot runs as BLAS (which computes every row) without the worker pool")
     rng = np.random.default_rng(11)
-    bucket, weights = _bucket(fn, row_shape, others, bound, rng)
+    bucket, weights = _bucket(fn, shape, others, bound, rng)
     run = bucket.compiled.executable.run_flat
-    _, whole = _padded(rng, row_shape, bound, bound)
+    _, whole = _padded(rng, shape, bound, bound)
     (first,) = run([whole, *weights, np.int32(bound)])
     assert first.nbytes >= REUSED_OUTPUT_BYTES
     before, address = first.copy(), first.ctypes.data
     assert np.isfinite(before).all()
     del first
     size = 5
-    _, buffer = _padded(rng, row_shape, bound, size)   # NaN padding: computing it would give NaN rows
+    _, buffer = _padded(rng, shape, bound, size)   # NaN padding: computing it would give NaN rows
     (second,) = run([buffer, *weights, np.int32(size)])
     assert second.ctypes.data == address, "the output buffer was not reused, so this test shows nothing"
-    np.testing.assert_array_equal(second[size:], before[size:])
-    assert not np.array_equal(second[:size], before[:size])
+    d = shape.index(None)
+    valid, padding = (tuple([slice(None)] * d + [s]) for s in (slice(0, size), slice(size, None)))
+    np.testing.assert_array_equal(second[padding], before[padding])
+    assert not np.array_equal(second[valid], before[valid])
 
 
 def _llvm_ir(module) -> str:
