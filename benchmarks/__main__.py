@@ -10,7 +10,8 @@ BERT-base-shaped, benchmarks/transformer_models.py), pyxla beside onnxruntime
 
 Then the co-tenancy scenario (benchmarks/cotenancy.py, in a process of its own): pyxla's jit
 MLP and SqueezeNet alone and right after NumPy, torch and onnxruntime calls in the same
-process, unless --only picks workloads; --cotenancy-rounds 0 skips it.
+process, with the peers' default settings and again with their spinning turned off, unless
+--only picks workloads; --cotenancy-rounds 0 skips it.
 
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset in the framework processes (only there):
 these machines set them for old OpenBLAS builds, and they make a current OpenBLAS pick
@@ -83,15 +84,20 @@ def main(argv=None) -> None:
 
 
 def _cotenancy_run(env: dict, out: Path, rounds: int) -> dict:
-    """benchmarks/cotenancy.py in its own process: its JSON, or why it could not run."""
-    print("running the co-tenancy scenario ...", flush=True)
-    path = out / "cotenancy.json"
-    path.unlink(missing_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.cotenancy", "--rounds", str(rounds), "--out", str(out)],
-                          env=env, capture_output=True, text=True)
-    if proc.returncode != 0 or not path.exists():
-        return {"unavailable": f"process failed: {proc.stderr.strip()[-500:]}"}
-    return json.loads(path.read_text())
+    """benchmarks/cotenancy.py in its own process, with the peers' default settings and then
+    with their spinning turned off: {"default": JSON, "idle_peers": JSON}, each JSON or why
+    it could not run."""
+    results = {}
+    for key, name, flags in (("default", "cotenancy.json", []), ("idle_peers", "cotenancy-idle-peers.json",
+                                                                   ["--idle-peers"])):
+        print(f"running the co-tenancy scenario{' (peers not spinning)' if flags else ''} ...", flush=True)
+        path = out / name
+        path.unlink(missing_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.cotenancy", "--rounds", str(rounds),
+                               "--out", str(out), *flags], env=env, capture_output=True, text=True)
+        results[key] = json.loads(path.read_text()) if proc.returncode == 0 and path.exists() else \
+            {"unavailable": f"process failed: {proc.stderr.strip()[-500:]}"}
+    return results
 
 
 MODEL_ROUNDS = 2   # rounds of the ONNX models, the frameworks' order reversed in the second

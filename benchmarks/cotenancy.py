@@ -2,7 +2,7 @@
 
     python -m benchmarks.cotenancy [--rounds 5] [--calls 15] [--models squeezenet]
                                    [--peers numpy torch onnxruntime] [--scale 1.0]
-                                   [--out benchmarks/results]
+                                   [--idle-peers] [--out benchmarks/results]
 
 People mix libraries in one process: a NumPy matrix product, a torch operation or an
 onnxruntime session run, then a pyxla call. Each of those libraries keeps its worker threads
@@ -29,13 +29,18 @@ each peer, with nothing else of the process running: the cores its threads keep 
 windows after its call returns (how long they spin). The kernel updates a running thread's
 run time at scheduler ticks (milliseconds), so the shares are rough for short calls.
 
-The peers are the user's: nothing here changes their settings.
+The peers are the user's: nothing pyxla does changes their settings. `--idle-peers` runs
+the same scenarios as a user who configured the peers not to spin would (OpenBLAS's
+OPENBLAS_THREAD_TIMEOUT=4, OMP_WAIT_POLICY=PASSIVE for torch's OpenMP, onnxruntime's
+`session.intra_op.allow_spinning` = 0): what is left is what sharing the process costs
+pyxla itself. Results: cotenancy.json, cotenancy-idle-peers.json under --out.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -96,8 +101,20 @@ def onnx_workload(name: str):
     return name, lambda: model(feeds), model_bytes, feeds
 
 
+# The settings with which each peer's threads sleep as soon as its call ends (read when the
+# library loads, so set before the process starts): OpenBLAS's spin of 2^4 time-stamp ticks,
+# GNU OpenMP's passive wait; onnxruntime's is a session option (make_peer).
+IDLE_PEERS_ENVIRONMENT = {"OPENBLAS_THREAD_TIMEOUT": "4", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def idle_peers() -> bool:
+    """Whether this process runs the peers with spinning turned off (IDLE_PEERS_ENVIRONMENT)."""
+    return all(os.environ.get(k) == v for k, v in IDLE_PEERS_ENVIRONMENT.items())
+
+
 def make_peer(peer: str, model_bytes: bytes, feeds: dict):
-    """A call of the peer library (its default settings), warmed up."""
+    """A call of the peer library, warmed up: its default settings, or where this process
+    has IDLE_PEERS_ENVIRONMENT, the settings that make its threads sleep after a call."""
     rng = np.random.default_rng(7)
     m, k, n = PEER_SHAPE
     a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
@@ -112,7 +129,10 @@ def make_peer(peer: str, model_bytes: bytes, feeds: dict):
             ta @ tb
     elif peer == "onnxruntime":
         import onnxruntime as ort
-        session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        if idle_peers():
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
         def call():
             session.run(None, feeds)
@@ -256,7 +276,8 @@ def run(rounds: int, calls: int, models: list[str], peers: list[str], scale: flo
                      for i in threadpool_info()]
     except ImportError:
         libraries = []
-    return {"rounds": rounds, "calls": calls, "scale": scale, "peer_matmul": PEER_SHAPE, "settle_s": SETTLE_S,
+    return {"rounds": rounds, "calls": calls, "scale": scale, "idle_peers": idle_peers(),
+            "peer_matmul": PEER_SHAPE, "settle_s": SETTLE_S,
             "cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
             "thread_libraries": libraries, "spin_after": spins, "results": results}
 
@@ -274,12 +295,19 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="*", default=["squeezenet"], help="ONNX light models (pyxla.onnx)")
     parser.add_argument("--peers", nargs="*", default=list(PEERS))
     parser.add_argument("--scale", type=float, default=1.0, help="the MLP's dimensions times this")
+    parser.add_argument("--idle-peers", action="store_true",
+                        help="the peers configured so that their threads sleep right after a call "
+                             "(the process restarts itself with IDLE_PEERS_ENVIRONMENT)")
     parser.add_argument("--out", default="benchmarks/results")
     ns = parser.parse_args(argv)
+    if ns.idle_peers and not idle_peers():   # the libraries read these when they load: start afresh
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.cotenancy", *(argv or sys.argv[1:])],
+                  {**os.environ, **IDLE_PEERS_ENVIRONMENT})
     result = run(ns.rounds, ns.calls, ns.models, ns.peers, ns.scale)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cotenancy.json").write_text(json.dumps(result, indent=1))
+    name = "cotenancy-idle-peers.json" if ns.idle_peers else "cotenancy.json"
+    (out / name).write_text(json.dumps(result, indent=1))
     print("\n".join(format_lines(result["results"]) + [""] + spin_lines(result["spin_after"])))
 
 

@@ -90,17 +90,28 @@ def _failures(runs: list[dict]) -> list[str]:
 
 
 def _cotenancy_section(cotenancy: dict | None) -> list[str]:
+    """cotenancy: {"default": cotenancy.py's result, "idle_peers": the same with the peers
+    not spinning}; either may be missing or say why it did not run."""
     if not cotenancy:
         return []
-    head = ["", "Co-tenancy (one process; pyxla's time right after another library's call over its time alone, "
-            "median of the rounds (range); the cores that library's threads and pyxla's kept busy during "
-            "pyxla's call; benchmarks/cotenancy.py):", ""]
-    if "unavailable" in cotenancy:
-        return head + [f"not run ({cotenancy['unavailable'][:200]})"]
-    return head + cotenancy_lines(cotenancy["results"]) + [
-        "", f"{cotenancy['rounds']} rounds of {cotenancy['calls']} calls per scenario, on {cotenancy['cores']} cores. "
-        "How long each library's threads keep cores busy after its call (pyxla idle):", ""] + \
-        spin_lines(cotenancy.get("spin_after", {}))
+    lines = ["", "Co-tenancy (one process; pyxla's time right after another library's call over its time alone, "
+             "median of the rounds (range); the cores that library's threads and pyxla's kept busy during "
+             "pyxla's call, and pyxla's threads waiting for a core; benchmarks/cotenancy.py):"]
+    for key, title in (("default", "the peers' default settings"),
+                       ("idle_peers", "the peers set not to spin (OPENBLAS_THREAD_TIMEOUT=4, "
+                                      "OMP_WAIT_POLICY=PASSIVE, onnxruntime allow_spinning 0)")):
+        result = cotenancy.get(key)
+        if not result:
+            continue
+        lines += ["", f"With {title}:", ""]
+        if "unavailable" in result:
+            lines.append(f"not run ({result['unavailable'][:200]})")
+            continue
+        lines += cotenancy_lines(result["results"]) + [
+            "", f"{result['rounds']} rounds of {result['calls']} calls per scenario, on {result['cores']} cores. "
+            "How long each library's threads keep cores busy after its call (pyxla idle):", ""]
+        lines += spin_lines(result.get("spin_after", {}))
+    return lines
 
 
 BUSY_SHARE = 0.1   # other processes using more than this share of the CPUs make a run "busy"

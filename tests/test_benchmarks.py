@@ -1,6 +1,7 @@
 """The benchmark harness runs end to end on tiny sizes (NumPy and pyxla only) and reports.
 It asserts that the machinery works and that pyxla's results are correct, never a timing."""
 import json
+import os
 
 import pytest
 
@@ -160,6 +161,18 @@ def test_cotenancy_scenario_times_pyxla_after_another_librarys_call(tmp_path):
     assert mlp["numpy"]["ratio_min"] <= mlp["numpy"]["ratio"] <= mlp["numpy"]["ratio_max"]
     assert mlp["numpy"]["foreign_cores"] >= 0 and mlp["numpy"]["own_cores"] >= 0 and mlp["numpy"]["own_waiting"] >= 0
     report = write_report([], {"copy_gb_per_s": 1, "triad_gb_per_s": 1, "sgemm_gflops": 1}, tmp_path,
-                          (0, 0, 0), (0, 0, 0), cotenancy=result)
+                          (0, 0, 0), (0, 0, 0), cotenancy={"default": result})
     assert "| workload | alone | after numpy |" in report and "| mlp |" in report
     assert len(result["spin_after"]["numpy"]) == 6 and "| numpy |" in report
+
+
+def test_cotenancy_with_idle_peers_restarts_with_their_settings(tmp_path):
+    import subprocess
+    import sys
+
+    from benchmarks.cotenancy import IDLE_PEERS_ENVIRONMENT
+    subprocess.run([sys.executable, "-m", "benchmarks.cotenancy", "--idle-peers", "--rounds", "1", "--calls", "1",
+                    "--models", "--peers", "numpy", "--scale", "0.05", "--out", str(tmp_path)], check=True,
+                   capture_output=True, env={k: v for k, v in os.environ.items() if k not in IDLE_PEERS_ENVIRONMENT})
+    result = json.loads((tmp_path / "cotenancy-idle-peers.json").read_text())
+    assert result["idle_peers"] is True and set(result["results"]["mlp"]) == {"alone", "numpy"}
