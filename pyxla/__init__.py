@@ -37,6 +37,7 @@ _API = {
     "custom_jvp": ".autodiff.custom", "custom_vjp": ".autodiff.custom",
     "hessian": ".autodiff.jacobians", "jacfwd": ".autodiff.jacobians", "jacrev": ".autodiff.jacobians",
     "vmap": ".batching",
+    "device_put": ".backends.gpu.arrays",
     "default_backend": ".frontend", "jit": ".frontend", "register_pytree_node": ".frontend",
     "set_default_backend": ".frontend", "tree_flatten": ".frontend", "tree_map": ".frontend",
     "tree_unflatten": ".frontend",
