@@ -40,6 +40,13 @@ than it saves. `yield_cores()` tells spinning workers to sleep at once: the gene
 calls it before a BLAS call, so that BLAS's own threads get the cores (pyxla's workers are
 asleep while BLAS runs, never spinning against it).
 
+Other libraries' threads. In a process that also uses NumPy, torch or onnxruntime, their
+idle workers busy-wait after each of their calls (OpenBLAS for about 0.1 s) and take cores
+from the pool. Dynamic claiming is the pool's defence: a thread that gets less of a core
+runs fewer tasks, and the job waits at most for the task it holds. The pool does not touch
+those libraries' settings (none of their calls ends a spin already begun: measured for
+OpenBLAS; docs/cpu-backend.md and benchmarks/cotenancy.py).
+
 Workers run with the caller's MXCSR (flush-to-zero, denormals-are-zero, rounding), copied
 into the job, so every thread computes bit for bit what a serial run computes.
 
