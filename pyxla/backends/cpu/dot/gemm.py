@@ -92,6 +92,9 @@ class Tiling:
 # L1, 512 KiB L2): KC 512 / MC 72 gave 85-93, KC 256 / MC 144 78-91, OpenBLAS 80-85.
 # AVX-512 (32 registers: 16 accumulators), on a Xeon with 48 KiB L1 and 2 MiB L2 per core:
 # 8 / 256 / 128 gave 157-184, 6 / 512 / 72 139-168, 12 / 256 / 96 130-175.
+# Measured again with B packed where it is used and the 4-depth loop (one Zen 3 thread,
+# 256x1024x1024, 256x4096x256, 512x512x512, 128x768x3072, 64x4096x1024): KC 256/384/512 with
+# MC 72/96/144, and NC 512, all within the noise (a few percent) of 512 / 72 / 1024.
 # These are the cost model's tables (tuning/params.py gemm_defaults), which shrinks them on
 # smaller caches; a tuning database may choose others per product (tuning/selection.py).
 BLOCKING = GEMM_TABLE
