@@ -101,6 +101,8 @@ def _the_dot(spec: KernelSpec):
     has_dot: dict[int, bool] = {}
 
     def contains(x) -> bool:
+        if spec.fused is None and x is not spec.root:
+            return False   # an unfused instruction's operands are buffers, a dot among them computed already
         if id(x) not in has_dot:
             has_dot[id(x)] = x.opcode == "dot" or any(contains(o) for o in x.operands)
         return has_dot[id(x)]
