@@ -61,6 +61,8 @@ def _leaf_value(x: Any) -> tuple[np.ndarray, bool]:
         raise TraceError("a traced value was passed to a jitted function from outside any trace")
     if isinstance(x, (int, float)) and not isinstance(x, (bool, np.generic)):
         return np.asarray(x), True
+    if getattr(x, "__pyxla_device_array__", False):
+        return x, False   # a GPU backend's array (shape, dtype): the executable takes it without a copy
     arr = np.asarray(x)
     if not arr.dtype.isnative:
         # ">f4" holds the same values as float32 in other bytes: the signature and the
@@ -109,13 +111,16 @@ class Compiled:
         self._split = split_args
         self.compile_seconds = compile_seconds
         self._single_output = out_tree.kind == "leaf"
+        # a GPU backend's results stay on the device (DeviceArrays) unless converted
+        self._run = getattr(executable, "run_device", executable.run_unchecked)
+        self._run_checked = getattr(executable, "run_device", executable.run_flat)
         self.fast_call = self._fast_call_path()
 
     def _fast_call_path(self) -> Callable[[tuple], Any]:
         """`call(arrays)` for a tuple of C-contiguous NumPy arrays, one per parameter, of
         this signature: the shortest path the executable offers."""
         ex = self.executable
-        run = ex.run_unchecked
+        run = self._run
         if getattr(ex, "params_are_row_major", False):
             run = ex.run_physical    # the arrays' own bytes are the parameters' layouts
         if self._single_output:
@@ -142,7 +147,7 @@ class Compiled:
 
     def call_flat(self, leaves: list[np.ndarray]) -> Any:
         """Run on argument leaves that match this signature (shapes and dtypes already keyed)."""
-        outs = self.executable.run_unchecked(leaves)
+        outs = self._run(leaves)
         if self._single_output:
             return outs[0]
         return tree_unflatten(self.out_tree, outs)
@@ -153,7 +158,7 @@ class Compiled:
             raise ArgumentError("this compiled function was built for other static arguments or "
                                 f"another argument structure ({self.in_tree})")
         arrays = [leaf for leaf, _ in leaves]
-        outs = self.executable.run_flat(arrays)   # checks every leaf against its parameter
+        outs = self._run_checked(arrays)   # checks every leaf against its parameter
         return outs[0] if self._single_output else tree_unflatten(self.out_tree, outs)
 
 

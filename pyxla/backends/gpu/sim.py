@@ -26,8 +26,9 @@ class SimKernels:
         compiled = host_jit().compile(ir_text, functions=tuple(names), speed_level=1)
         self.functions = {name: _SIM_KERNEL(compiled.addresses[name]) for name in names}
 
-    def launch(self, launch: Launch, buffers: list[np.ndarray]) -> None:
-        argv = (ctypes.c_void_p * max(1, len(buffers)))(*[b.ctypes.data for b in buffers])
+    def launch(self, launch: Launch, addresses: list[int]) -> None:
+        """Run `launch` over its grid on the buffers at `addresses` (its kernel's arguments)."""
+        argv = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         blocks = launch.sim_blocks or launch.blocks
         shared = np.full(max(16, launch.shared_bytes), GARBAGE, np.uint8)
         local = np.full(launch.threads * launch.local_bytes, GARBAGE, np.uint8)
