@@ -106,7 +106,7 @@ class GpuExecutable:
                 self._arena = self.memory.alloc(self.plan.size, self.stream)
             result = self._run(self.program, parameters)
             leaves = _leaves(self._detach(result), entry.root.shape)
-            ready = self.memory.record(self.stream, f"{entry.name}'s kernels (the last: {self._last_kernel})")
+            ready = self.memory.record(self.stream, f"{self.module.name}'s kernels (the last: {self._last_kernel})")
         return [DeviceArray(self.memory, buffer, shape, ready) for buffer, shape in leaves]
 
     def _parameter(self, param, arg: Any) -> Buffer:

@@ -1,5 +1,6 @@
 """The device check script imports and, on a machine without a CUDA driver, stops at once
-with a message naming what is missing (it cannot be run further here)."""
+with a message naming what is missing (it cannot be run further here); its device-array
+check runs on gpu-sim."""
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,9 @@ def test_its_workloads_exist_for_both_frameworks():
     from benchmarks.workloads import BY_NAME
     for name in device_check.WORKLOADS:
         assert name in BY_NAME and name in pyxla_impl.FUNCTIONS and name in jax_impl.BUILDERS
+
+
+def test_its_device_array_check_passes_on_gpu_sim():
+    # the same function the script runs on the GPU: its checks can fail (they compare with
+    # NumPy in float64 and count copies and allocations), and pass on gpu-sim
+    assert device_check.check_device_arrays("gpu-sim") == []
