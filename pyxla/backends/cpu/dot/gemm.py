@@ -420,32 +420,30 @@ class GemmIr:
                 accumulate = b.icmp_signed(">", pc, i64(0))
                 b_slice = self._at(b, bm, b.add(b.mul(pc, b_rs), b.mul(jc, b_cs)))
 
-                def pack_panel(jr, nr):   # a group of NR-wide panels of B, packed just before their first use
-                    group = self.sweep_panels * t.nr
-                    with b.if_then(b.icmp_signed("==", b.urem(jr, i64(group)), i64(0))):
-                        b.call(self.sweep_b, [smin(b, i64(group), b.sub(nc, jr)), kc,
-                                              self._at(b, b_slice, b.mul(jr, b_cs)), b_cs, b_rs,
-                                              self._at(b, bp, b.mul(jr, kc))])
+                # a single panel of B: packed first, and A's rows read where they lie (each value
+                # is used once); else B's panels packed by the first rows' tiles, and A packed
+                narrow = b.icmp_signed("<=", nc, i64(t.nr))
+                with b.if_then(narrow):
+                    b.call(self.pack_b, [nc, kc, b_slice, b_cs, b_rs, bp])
 
                 def rows(ic, mc):
                     a_at = self._at(b, a, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs)))
-                    b.call(self.pack_a, [mc, kc, a_at, a_rs, a_cs, ap])
-                    with b.if_else(b.icmp_signed("==", ic, i64(0))) as (first, later):
-                        with first:
-                            self.tiles(b, kc, ic, mc, jc, nc, c, ap, bp, edge, ldc, accumulate, pack_panel)
-                        with later:
-                            self.tiles(b, kc, ic, mc, jc, nc, c, ap, bp, edge, ldc, accumulate)
+                    with b.if_then(b.not_(narrow)):
+                        b.call(self.pack_a, [mc, kc, a_at, a_rs, a_cs, ap])
+                    first = b.and_(b.icmp_signed("==", ic, i64(0)), b.not_(narrow))
+                    group = self.sweep_panels * t.nr
 
-                def rows_in_place(ic, mc):   # A's rows read where they lie: each value is used once
-                    a_at = self._at(b, a, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs)))
-                    self.tiles(b, kc, ic, mc, jc, nc, c, ap, bp, edge, ldc, accumulate, a_rows=(a_at, a_rs, a_cs))
+                    def pack_panel(jr, nr):   # a group of NR-wide panels of B, before their first use
+                        starts = b.icmp_signed("==", b.urem(jr, i64(group)), i64(0))
+                        with b.if_then(b.and_(first, starts)):
+                            b.call(self.sweep_b, [smin(b, i64(group), b.sub(nc, jr)), kc,
+                                                  self._at(b, b_slice, b.mul(jr, b_cs)), b_cs, b_rs,
+                                                  self._at(b, bp, b.mul(jr, kc))])
 
-                with b.if_else(b.icmp_signed("<=", nc, i64(t.nr))) as (narrow, wide):
-                    with narrow:
-                        b.call(self.pack_b, [nc, kc, b_slice, b_cs, b_rs, bp])
-                        self._steps(b, m, t.mc, rows_in_place)
-                    with wide:
-                        self._steps(b, m, t.mc, rows)
+                    self.tiles(b, kc, ic, mc, jc, nc, c, ap, bp, edge, ldc, accumulate, pack_panel,
+                               (a_at, a_rs, a_cs, narrow))
+
+                self._steps(b, m, t.mc, rows)
 
             self._steps(b, k, t.kc, slice_k)
 
@@ -459,7 +457,8 @@ class GemmIr:
         route's, conv/weight_gradient.py). pack_panel(jr, nr), when given, packs each panel of
         B right before its tiles: the panel is then in L1 for them, instead of coming back
         from L2 or L3 after the whole KC x NC block was packed. a_rows, when given, is
-        (A's element at row ic, the slice's first depth; a_rs; a_cs): A read there, unpacked.
+        (A's element at row ic, the slice's first depth; a_rs; a_cs; in place): where `in
+        place` (an i1) holds, A is read there, unpacked.
         When B is a single panel, each value of A is used once: packing A cost as much as the
         products (measured, 256x1024x10 on one Zen 3 thread: 0.08 of 0.20 ms)."""
         t = self.t
@@ -470,17 +469,19 @@ class GemmIr:
                 pack_panel(jr, nr)
 
             def row_panel(ir_, mr):
-                if a_rows is None:
-                    apanel = self._at(b, ap, b.mul(ir_, kc))
+                apanel = self._at(b, ap, b.mul(ir_, kc))
 
-                    def micro(tile, ldc_):
+                def micro(tile, ldc_):
+                    if a_rows is None:
                         b.call(self.micro, [kc, apanel, bpanel, tile, ldc_, accumulate])
-                else:
-                    a_at, a_rs, a_cs = a_rows
-                    apanel = self._at(b, a_at, b.mul(ir_, a_rs))
-
-                    def micro(tile, ldc_):
-                        b.call(self.micro_rows, [kc, apanel, bpanel, tile, ldc_, accumulate, a_cs, a_rs, mr])
+                        return
+                    a_at, a_rs, a_cs, in_place = a_rows
+                    with b.if_else(in_place) as (unpacked, packed):
+                        with unpacked:
+                            b.call(self.micro_rows, [kc, self._at(b, a_at, b.mul(ir_, a_rs)), bpanel, tile, ldc_,
+                                                     accumulate, a_cs, a_rs, mr])
+                        with packed:
+                            b.call(self.micro, [kc, apanel, bpanel, tile, ldc_, accumulate])
                 tile = self._at(b, c, b.add(b.mul(b.add(ic, ir_), ldc), b.add(jc, jr)))
                 whole = b.and_(b.icmp_signed("==", mr, i64(t.mr)), b.icmp_signed("==", nr, i64(t.nr)))
                 with b.if_else(whole) as (then, otherwise):
