@@ -81,24 +81,30 @@ def cpu_ns(tids) -> tuple[int, int]:
 # --- workloads and peers -------------------------------------------------------------------------
 
 def mlp_workload(scale: float = 1.0):
-    """(name, call) for the jitted MLP of the benchmark suite, warmed up."""
+    """(name, call, correct) for the jitted MLP of the benchmark suite, warmed up; correct:
+    whether its result matches the float64 reference (a wrong result has no speed)."""
     from .frameworks.pyxla_impl import BUILDERS
+    from .runner import check
     from .workloads import BY_NAME
-    ins = BY_NAME["mlp"].make_inputs(np.random.default_rng(20261122), scale)
+    workload = BY_NAME["mlp"]
+    ins = workload.make_inputs(np.random.default_rng(20261122), scale)
     run = BUILDERS["mlp"](ins)
-    run()
-    return "mlp", run
+    _, correct = check(run(), workload.reference(*(a.astype(np.float64) for a in ins)), workload.rtol)
+    return "mlp", run, correct
 
 
 def onnx_workload(name: str):
-    """(name, call, model bytes, feeds) for an ONNX light model through pyxla.onnx, warmed up."""
+    """(name, call, correct, model bytes, feeds) for an ONNX light model through pyxla.onnx,
+    warmed up; correct: whether its outputs match the model's reference outputs."""
     import pyxla.onnx
 
-    from .onnx_models import model_case
-    model_bytes, feeds, _ = model_case(name)
+    from .onnx_models import ATOL, RTOL, model_case
+    model_bytes, feeds, want = model_case(name)
     model = pyxla.onnx.load(model_bytes)
-    model(feeds)
-    return name, lambda: model(feeds), model_bytes, feeds
+    got = list(model(feeds).values())
+    correct = len(got) == len(want) and all(g.shape == w.shape and np.allclose(g, w, rtol=RTOL, atol=ATOL)
+                                            for g, w in zip(got, want))
+    return name, lambda: model(feeds), correct, model_bytes, feeds
 
 
 # The settings with which each peer's threads sleep as soon as its call ends (read when the
@@ -237,7 +243,7 @@ def format_lines(results: dict) -> list[str]:
     threads of pyxla's that were runnable but waiting for a core (on average)."""
     if not results:
         return []
-    peers = [s for s in next(iter(results.values())) if s != "alone"]
+    peers = [s for s in next(iter(results.values())) if s not in ("alone", "correct")]
     lines = ["| workload | alone | " + " | ".join(f"after {p}" for p in peers) + " |",
              "|---|---|" + "---|" * len(peers)]
 
@@ -245,6 +251,8 @@ def format_lines(results: dict) -> list[str]:
         return f"peer {e['foreign_cores']:.2f} / pyxla {e['own_cores']:.2f} busy, {e['own_waiting']:.2f} waiting"
 
     for name, entry in results.items():
+        if not entry.get("correct", True):
+            name += " (wrong results: not a speed)"
         cells = [f"{entry['alone']['median_s'] * 1e3:.2f} ms ({threads(entry['alone'])})"]
         for p in peers:
             e = entry[p]
@@ -255,11 +263,13 @@ def format_lines(results: dict) -> list[str]:
 
 def run(rounds: int, calls: int, models: list[str], peers: list[str], scale: float = 1.0) -> dict:
     before = thread_ids()   # the interpreter's, and OpenBLAS's (NumPy starts them on import)
-    workloads = [mlp_workload(scale)]
+    name, call, correct = mlp_workload(scale)
+    workloads, checks = [(name, call)], {name: correct}
     model_cases = []
     for model in models:
-        name, call, model_bytes, feeds = onnx_workload(model)
+        name, call, correct, model_bytes, feeds = onnx_workload(model)
         workloads.append((name, call))
+        checks[name] = correct
         model_cases.append((name, model_bytes, feeds))
     # pyxla's: the calling thread and those its first calls started (its pool, and the
     # threads of the BLAS it calls for small products, SciPy's)
@@ -270,6 +280,8 @@ def run(rounds: int, calls: int, models: list[str], peers: list[str], scale: flo
     peer_calls = {p: make_peer(p, *peer_model) for p in peers}
     spins = {p: spin_after(call, own) for p, call in peer_calls.items()}
     results = measure(workloads, peer_calls, rounds, calls, own)
+    for name, correct in checks.items():
+        results[name]["correct"] = correct
     try:
         from threadpoolctl import threadpool_info
         libraries = [{k: v for k, v in i.items() if k in ("internal_api", "prefix", "version", "num_threads")}

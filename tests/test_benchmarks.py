@@ -156,7 +156,7 @@ def test_cotenancy_scenario_times_pyxla_after_another_librarys_call(tmp_path):
 
     result = run(rounds=2, calls=2, models=[], peers=["numpy"], scale=0.05)
     mlp = result["results"]["mlp"]
-    assert set(mlp) == {"alone", "numpy"}
+    assert set(mlp) == {"alone", "numpy", "correct"} and mlp["correct"] is True
     assert mlp["alone"]["ratio"] == 1.0 and mlp["numpy"]["ratio"] > 0
     assert mlp["numpy"]["ratio_min"] <= mlp["numpy"]["ratio"] <= mlp["numpy"]["ratio_max"]
     assert mlp["numpy"]["foreign_cores"] >= 0 and mlp["numpy"]["own_cores"] >= 0 and mlp["numpy"]["own_waiting"] >= 0
@@ -175,4 +175,4 @@ def test_cotenancy_with_idle_peers_restarts_with_their_settings(tmp_path):
                     "--models", "--peers", "numpy", "--scale", "0.05", "--out", str(tmp_path)], check=True,
                    capture_output=True, env={k: v for k, v in os.environ.items() if k not in IDLE_PEERS_ENVIRONMENT})
     result = json.loads((tmp_path / "cotenancy-idle-peers.json").read_text())
-    assert result["idle_peers"] is True and set(result["results"]["mlp"]) == {"alone", "numpy"}
+    assert result["idle_peers"] is True and set(result["results"]["mlp"]) == {"alone", "numpy", "correct"}
