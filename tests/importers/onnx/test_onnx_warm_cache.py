@@ -303,3 +303,53 @@ def test_weight_recipe_refuses_a_stored_weight_outside_its_entry():
         load_index.make_weight(recipe, kept)
     with pytest.raises(load_index.BadEntry):
         load_index.make_weight(dict(recipe, stored=63), np.zeros(4096, np.uint8))   # not aligned
+
+
+def test_model_with_external_data_is_keyed_by_its_content(cache_dir, tmp_path):
+    """A model whose weights lie in another file is keyed by its content with that file read
+    in: a warm load parses it (the file's own bytes do not say what the weights are) and
+    still makes the executable from the index; an edited weight file misses."""
+    from onnx.external_data_helper import convert_model_to_external_data
+    model = onnx.load_from_string(small_model(seed=40))
+    convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    x = np.random.default_rng(41).standard_normal((2, 64)).astype(np.float32)
+    cold = pyxla.onnx.load(path)(x=x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pyxla.CacheWarning)
+        warm_model = pyxla.onnx.load(path)
+        warm = warm_model(x=x)
+    assert warm_model._proto is not None                       # parsed: its key needs the weights
+    assert warm_model.compile({"x": x}).module is None         # but not traced
+    np.testing.assert_array_equal(cold["y"], warm["y"])
+    weights = tmp_path / "weights.bin"
+    raw = np.frombuffer(weights.read_bytes(), np.float32).copy()
+    raw[:64 * 96] *= -1                                        # W (the first tensor) negated
+    weights.write_bytes(raw.tobytes())
+    edited_model = pyxla.onnx.load(path)
+    edited = edited_model(x=x)
+    assert edited_model.compile({"x": x}).module is not None   # another key: traced
+    want = _reference(onnx.load(str(path)).SerializeToString(), x)
+    np.testing.assert_allclose(edited["y"], want["y"], rtol=1e-5, atol=1e-5)
+    assert not np.array_equal(edited["y"], cold["y"])
+
+
+def test_executable_without_its_module_takes_only_packed_constants(cache_dir):
+    """An executable made from the index has no module: its packed parameters must come as
+    the FormedArgument they were packed into, and run_flat (which checks against the
+    module) says to call run_unchecked."""
+    from benchmarks.onnx_models import model_case
+    from pyxla.backends.cpu.runtime.executable import FormedArgument
+    data, feeds, _ = model_case("squeezenet")
+    pyxla.onnx.load(data)(feeds)
+    sig = pyxla.onnx.load(data).compile(feeds)
+    executable = sig.executable
+    assert executable.module is None and executable.parameter_forms
+    number = next(iter(executable.parameter_forms))
+    formed = sig.weights[number - len(sig.traced_inputs)]
+    assert isinstance(formed, FormedArgument)
+    with pytest.raises(ValueError, match="FormedArgument"):
+        executable.prepare_argument(number, np.zeros(executable.parameter_shapes[number].dims, np.float32))
+    with pytest.raises(ValueError, match="run_unchecked"):
+        executable.run_flat([])
