@@ -279,3 +279,50 @@ def test_executables_release_their_engines(cache_dir):
     f.clear_cache()
     gc.collect()
     assert llvm_jit.live_engines() <= before + 2
+
+
+TUPLE_OUT = """HloModule two_outputs
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  w = f32[16,4]{0,1} parameter(1)
+  d = f32[8,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  c = f32[3] constant({1, 2, 3})
+  ROOT t = (f32[8,4], f32[8,16], f32[3]) tuple(d, x, c)
+}
+"""
+
+
+def test_executable_made_from_its_description_matches_bit_for_bit(cache_dir, rng):
+    """describe_executable / executable_from_description (the ONNX load index's executable):
+    the object from the cache, parameter and output shapes (a column-major parameter, a
+    passed-through parameter and a constant among the outputs) without the module."""
+    compiled = _compile(TUPLE_OUT)
+    description = executable_cache.describe_executable(compiled)
+    assert description is not None and description["key"] == compiled.cache_key
+    made = executable_cache.executable_from_description(description)
+    assert made.module is None
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = np.asfortranarray(rng.standard_normal((16, 4)).astype(np.float32))
+    want = compiled.run_unchecked([x, w])
+    got = made.run_unchecked([x, w])
+    assert len(got) == len(want) == 3
+    for g, e in zip(got, want):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_array_equal(g, e)
+    np.testing.assert_allclose(got[0], x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[2], [1, 2, 3])
+
+
+def test_description_of_other_code_or_a_bad_shape_is_refused(cache_dir):
+    compiled = _compile(TUPLE_OUT)
+    description = executable_cache.describe_executable(compiled)
+    other = dict(description, plan=[[k, i, o + 4] for k, i, o in description["plan"][:-1]] + [description["plan"][-1]])
+    with pytest.warns(CacheWarning, match="does not fit"):
+        assert executable_cache.executable_from_description(other) is None   # the entry is deleted
+    assert executable_cache.executable_from_description(description) is None   # (gone: a miss)
+    compiled = _compile(TUPLE_OUT)   # compiled and kept again
+    bad = dict(description, parameters=[{"dtype": "f32", "dims": [8, 16], "layout": [0, 0]}] +
+               description["parameters"][1:])
+    with pytest.raises(ValueError, match="permutation"):
+        executable_cache.executable_from_description(bad)
+    assert executable_cache.describe_executable(_compile(ADD_ONE)) is not None
