@@ -25,9 +25,10 @@ the rounds and their range. Where the time goes, from /proc/self/task/*/schedsta
 each timed pyxla call: the cores the other libraries' threads kept busy, the cores pyxla's
 own threads got, and how many of pyxla's threads were runnable but waiting for a core (the
 time the others took from them; on a busy machine other processes take some too). And for
-each peer, with nothing else of the process running: the cores its threads keep busy in
-windows after its call returns (how long they spin). The kernel updates a running thread's
-run time at scheduler ticks (milliseconds), so the shares are rough for short calls.
+each peer, and for pyxla's pool after the MLP, with nothing else of the process running:
+the cores its threads keep busy in windows after its call returns (how long they spin).
+The kernel updates a running thread's run time at scheduler ticks (milliseconds), so the
+shares are rough for short calls.
 
 The peers are the user's: nothing pyxla does changes their settings. `--idle-peers` runs
 the same scenarios as a user who configured the peers not to spin would (OpenBLAS's
@@ -279,6 +280,8 @@ def run(rounds: int, calls: int, models: list[str], peers: list[str], scale: flo
         onnx_case_bytes("squeezenet") if "onnxruntime" in peers else (b"", {})
     peer_calls = {p: make_peer(p, *peer_model) for p in peers}
     spins = {p: spin_after(call, own) for p, call in peer_calls.items()}
+    # and pyxla's own pool after its call, for comparison (SPIN_CYCLES, then asleep)
+    spins[f"pyxla ({workloads[0][0]})"] = spin_after(workloads[0][1], {threading.get_native_id()})
     results = measure(workloads, peer_calls, rounds, calls, own)
     for name, correct in checks.items():
         results[name]["correct"] = correct

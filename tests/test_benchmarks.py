@@ -163,7 +163,7 @@ def test_cotenancy_scenario_times_pyxla_after_another_librarys_call(tmp_path):
     report = write_report([], {"copy_gb_per_s": 1, "triad_gb_per_s": 1, "sgemm_gflops": 1}, tmp_path,
                           (0, 0, 0), (0, 0, 0), cotenancy={"default": result})
     assert "| workload | alone | after numpy |" in report and "| mlp |" in report
-    assert len(result["spin_after"]["numpy"]) == 6 and "| numpy |" in report
+    assert len(result["spin_after"]["numpy"]) == 6 and "| numpy |" in report and "| pyxla (mlp) |" in report
 
 
 def test_cotenancy_with_idle_peers_restarts_with_their_settings(tmp_path):
