@@ -7,7 +7,9 @@ wait for each other inside the call. For a batch of small products (attention's 
 256x256x64) that per-call handshake costs more than the arithmetic, and on a loaded machine
 one descheduled BLAS thread stalls the other; a product per task of pyxla's pool, each on
 one thread with no handshake, keeps both cores busy. One thread of this kernel runs at
-OpenBLAS's single-thread speed on such products (measured: 256x256x64 and 256x64x256).
+OpenBLAS's single-thread speed on such products (measured: 256x256x64 and 256x64x256), and
+at 0.90-1.01x of it on the blocks of the MLP's, attention's and the transformers' products
+(docs/perf-log.md, 2026-11-27).
 
 Summation order. Every element is
 
@@ -40,9 +42,9 @@ B took a third of 64x4096x1024's time (4.0 of 11.6 ms) and a sixth of 256x1024x1
 
 The micro-kernel keeps an MR x NR tile of C in 2 * MR vector registers (6 x 16 floats in
 12 AVX2 registers, 8 x 32 in 16 AVX-512 registers), and per k broadcasts MR values of A
-against two vectors of B. Its first slice starts from zero, later slices from the tile
-stored by the one before (a float is stored and loaded exactly, so slicing K does not
-change the sums). An edge tile runs the same micro-kernel on a copy in a full-size tile
+against two vectors of B, four depths a trip of its loop. Its first slice starts from
+zero, later slices from the tile stored by the one before (a float is stored and loaded
+exactly, so slicing K does not change the sums). An edge tile runs the same micro-kernel on a copy in a full-size tile
 buffer. Packing reads A and B through (row stride, column stride), so transposed and
 strided operands cost no copy beyond it.
 `ws` is the caller's workspace of workspace_bytes(...) bytes, 64-byte aligned.
