@@ -185,8 +185,9 @@ class Lowered:
         module = self.module.clone()
         backend.prepare(module)
         compiled = compile_module(module, donated=self.module.donated_parameters)
+        placement = {} if self._jitted.device is None else {"placement": self._jitted.device}
         executable = backend.compile(compiled.module, compiled=compiled, donated=self.module.donated_parameters,
-                                     constant_parameters=constant_parameters)
+                                     constant_parameters=constant_parameters, **placement)
         compiled.stage_seconds = {"trace": self.trace_seconds, **compiled.stage_seconds}
         if "compile" in os.environ.get("PYXLA_DEBUG", "").split(","):
             stages = "  ".join(f"{stage} {seconds * 1e3:.1f} ms" for stage, seconds in compiled.stage_seconds.items())
@@ -197,10 +198,14 @@ class Lowered:
 
 class Jitted:
     def __init__(self, fn: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
-                 backend: str | None = None):
+                 backend: str | None = None, device: str | None = None):
         self.fn = fn
         self.backend = backend or default_backend()
         get_backend(self.backend)
+        if device is not None and not self.backend.startswith("gpu"):
+            raise ArgumentError(f"device={device!r} places work between host and device on the gpu backends, "
+                                f"not on {self.backend!r}")
+        self.device = device   # a GPU backend's placement: "auto", "device" or "host"
         self.signature = inspect.signature(fn)
         self.name = _identifier(getattr(fn, "__name__", "fn"))
         self.static_argnums = set(_normalize_static(static_argnums))
@@ -375,20 +380,25 @@ def _identifier(name: str) -> str:
 
 
 def jit(fn: Callable | None = None, *, static_argnums=(), static_argnames=(), donate_argnums=(),
-        backend: str | None = None, polymorphic_shapes=None, shape_constraints=(), size_buckets=None):
+        backend: str | None = None, polymorphic_shapes=None, shape_constraints=(), size_buckets=None,
+        device: str | None = None):
     """Compile `fn` for each new signature of its arguments; usable as @jit or @jit(...).
 
     With `polymorphic_shapes` (one spec per positional argument, such as "b, 32", or None),
     `fn` is traced once with symbolic sizes and compiled once per size bucket: a
     `PolymorphicFunction` (docs/dynamic-shapes.md). `shape_constraints` ("b <= 512")
-    bound the symbols; `size_buckets` ({"b": (64, 512)}) choose the buckets."""
+    bound the symbols; `size_buckets` ({"b": (64, 512)}) choose the buckets. On a GPU
+    backend, `device` ("auto", "device" or "host") chooses where small work runs
+    (docs/gpu-backend.md)."""
     if polymorphic_shapes is None:
         if shape_constraints or size_buckets:
             raise ArgumentError("shape_constraints and size_buckets need polymorphic_shapes")
 
         def make(f):
-            return Jitted(f, static_argnums, static_argnames, donate_argnums, backend)
+            return Jitted(f, static_argnums, static_argnames, donate_argnums, backend, device)
     else:
+        if device is not None:
+            raise ArgumentError("device= is not supported with polymorphic_shapes yet")
         from .polymorphic import PolymorphicFunction
 
         def make(f):

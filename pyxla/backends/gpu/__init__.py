@@ -19,8 +19,10 @@ architecture (sm_90 by default).
 from __future__ import annotations
 
 import itertools
+import os
 import platform
 import re
+from pathlib import Path
 
 import llvmlite.ir as ir
 
@@ -33,6 +35,7 @@ from .arrays import DeviceArray, device_put, logical, physical
 from .executable import DeviceKernelSet, GpuExecutable, SimKernelSet
 from .kernels import GpuUnsupported, KernelSpec, emit_kernels
 from .memory import memory_for
+from .placement import place, placement_mode
 from .program import Program, plan_program
 from .simt import flush_subnormals, restore_mxcsr
 
@@ -80,7 +83,10 @@ class GpuBackend:
         """Nothing is rewritten: an opcode the kernels cannot emit is refused by compile."""
 
     def compile(self, module: HloModule, *, compiled: CompiledModule | None = None, donated: tuple[int, ...] = (),
-                constant_parameters: tuple[int, ...] = ()) -> GpuExecutable:
+                constant_parameters: tuple[int, ...] = (), placement: str | None = None) -> GpuExecutable:
+        """`placement`: "auto", "device" or "host" (placement.py; the default depends on the
+        backend and PYXLA_GPU_PLACEMENT)."""
+        mode = placement_mode(placement, self.name)
         verify_module(module)
         if compiled is None:
             compiled = compile_module(module.clone(), donated=donated)
@@ -88,8 +94,14 @@ class GpuBackend:
             raise GpuUnsupported("the GPU backend cannot take tuple-shaped ENTRY parameters yet")
         ir_text, specs, program = _kernel_module(compiled, "host" if self.name == "gpu-sim" else "ptx")
         arena = plan_arena(compiled.module, program, compiled.buffers)
+        placed = place(compiled.module.entry, program.kernels, mode)
+        dump = os.environ.get("PYXLA_DUMP")
+        if dump:
+            folder = Path(dump) / compiled.module.name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "gpu-placement.txt").write_text(placed.to_text(compiled.module.entry) + "\n")
         kernels = (SimKernelSet if self.name == "gpu-sim" else DeviceKernelSet)(ir_text, specs)
-        return GpuExecutable(compiled.module, program, specs, memory_for(self.name), kernels, arena)
+        return GpuExecutable(compiled.module, program, specs, memory_for(self.name), kernels, arena, placed)
 
 
 BACKEND = GpuBackend("gpu")

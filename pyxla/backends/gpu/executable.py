@@ -3,7 +3,10 @@ computations its control flow runs), launching kernels on one stream of its own.
 
 Memory per call: the executable's arena (arena.py; allocated at the first call and reused:
 calls of one executable take turns), the parameters (device arrays as they are, host arrays
-copied in), and one allocation per ENTRY output, which the caller receives as a DeviceArray.
+copied in when a kernel first reads them), and one allocation per ENTRY output, which the
+caller receives as a DeviceArray. Instructions placement.py puts on the host are evaluated
+there on NumPy values (OnHost), which go to the device only when a kernel, control flow or
+the results need them; a conditional's selector computed there is read without a copy.
 Kernels get offsets into the arena for every temp. A value that leaves the computation
 whose arena region holds it (a loop's state that is still its caller's temp when the loop
 ends, a branch that returns its operand) is first copied out of the arena on the device.
@@ -17,13 +20,15 @@ from typing import Any
 import numpy as np
 
 from ...errors import ArgumentError
-from ...hlo.evaluator import check_argument
+from ...hlo.evaluator import EvalContext, check_argument
 from ...hlo.module import HloModule
+from ...hlo.ops import op_def
 from ...hlo.shape import ArrayShape, TupleShape
 from .arena import ArenaPlan, array_sizes
-from .arrays import DeviceArray, physical, same_layout
+from .arrays import DeviceArray, logical, physical, same_layout
 from .kernels import ALIASES, GpuUnsupported, KernelSpec, is_identity_custom_call
 from .memory import Buffer, Memory
+from .placement import Placement
 from .program import Program
 from .simt import Launch
 
@@ -55,13 +60,25 @@ class DeviceKernelSet:
         self.device.launch(self.functions[launch.name], launch.name, (launch.blocks, launch.threads), addresses, stream)
 
 
+class OnHost:
+    """A value the host holds (a logical NumPy array), and its device copy once made."""
+
+    __slots__ = ("array", "buffer")
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self.buffer: Buffer | None = None
+
+
 class GpuExecutable:
     """`run_device(args)` -> DeviceArrays; `run_flat` / `run_unchecked` / `__call__` copy the
     results to the host (the backend interface's NumPy arrays)."""
 
     def __init__(self, module: HloModule, program: Program, specs: list[KernelSpec], memory: Memory,
-                 kernels: Any, arena: ArenaPlan):
+                 kernels: Any, arena: ArenaPlan, placement: Placement):
         self.module = module
+        self.placement = placement
+        self._eval = EvalContext(module)
         self.program = program
         self.memory = memory
         self.kernels = kernels
@@ -105,11 +122,12 @@ class GpuExecutable:
             if self._arena is None:
                 self._arena = self.memory.alloc(self.plan.size, self.stream)
             result = self._run(self.program, parameters)
-            leaves = _leaves(self._detach(result), entry.root.shape)
+            leaves = [(self._device(v, shape), shape) for v, shape in _leaves(result, entry.root.shape)]
+            leaves = [(self._detach(v), shape) for v, shape in leaves]
             ready = self.memory.record(self.stream, f"{self.module.name}'s kernels (the last: {self._last_kernel})")
         return [DeviceArray(self.memory, buffer, shape, ready) for buffer, shape in leaves]
 
-    def _parameter(self, param, arg: Any) -> Buffer:
+    def _parameter(self, param, arg: Any) -> Buffer | OnHost:
         shape = param.shape
         if getattr(arg, "__pyxla_device_array__", False):
             if arg.shape != tuple(shape.dims) or arg.dtype != shape.dtype.np_dtype:
@@ -119,7 +137,33 @@ class GpuExecutable:
                 self.memory.wait(self.stream, arg.ready)
                 return arg.buffer
             arg = arg.to_numpy()   # another memory, or another layout: through the host
-        return self.memory.upload(physical(check_argument(param, arg), shape), self.stream)
+        return OnHost(np.asarray(check_argument(param, arg)))
+
+    # --- where values are ------------------------------------------------------------------------
+    def _device(self, value: Any, shape) -> Any:
+        """`value` with every leaf on the device (a host leaf copied in once)."""
+        if isinstance(value, list):
+            return [self._device(v, s) for v, s in zip(value, shape.elements)]
+        if isinstance(value, OnHost):
+            if value.buffer is None:
+                value.buffer = self.memory.upload(physical(value.array, shape), self.stream)
+            return value.buffer
+        return value
+
+    def _host(self, value: Any, shape) -> Any:
+        """`value` as the evaluator takes it: a logical NumPy array (a tuple for a tuple)."""
+        if isinstance(value, list):
+            return tuple(self._host(v, s) for v, s in zip(value, shape.elements))
+        if isinstance(value, OnHost):
+            return value.array
+        return logical(self.memory.download(value, shape.byte_size, self.stream), shape)
+
+    def _on_host(self, instr, values: dict) -> Any:
+        result = op_def(instr.opcode).evaluate(instr, [self._host(values[id(o)], o.shape) for o in instr.operands],
+                                               self._eval)
+        if isinstance(instr.shape, TupleShape):
+            return [OnHost(np.asarray(r)) for r in result]
+        return OnHost(np.asarray(result))
 
     # --- the walk ------------------------------------------------------------------------------
     def _run(self, program: Program, parameters: list) -> Any:
@@ -142,10 +186,12 @@ class GpuExecutable:
                 return [values[id(o)] for o in instr.operands]
             if op == "get-tuple-element":
                 return values[id(instr.operands[0])][instr.attrs["index"]]
+            if op == "bitcast":   # the same bytes, read in another shape: on the device
+                return self._device(values[id(instr.operands[0])], instr.operands[0].shape)
             return values[id(instr.operands[0])]   # shares its operand's bytes
         if op == "while":
             condition, body = program.called[id(instr)]
-            state = values[id(instr.operands[0])]
+            state = self._device(values[id(instr.operands[0])], instr.operands[0].shape)
             while self._read_scalar(self._run(condition, [state]), np.bool_):
                 state = self._run(body, [state])
             return self._detach(state)
@@ -157,16 +203,19 @@ class GpuExecutable:
                 index = index if 0 <= index < len(branches) else len(branches) - 1
             else:
                 index = 0 if self._read_scalar(values[id(selector)], np.bool_) else 1
-            return self._detach(self._run(branches[index], [values[id(instr.operands[1 + index])]]))
+            operand = instr.operands[1 + index]
+            return self._detach(self._run(branches[index], [self._device(values[id(operand)], operand.shape)]))
         if op == "call":
             (callee,) = program.called[id(instr)]
-            return self._detach(self._run(callee, [values[id(o)] for o in instr.operands]))
+            return self._detach(self._run(callee, [self._device(values[id(o)], o.shape) for o in instr.operands]))
+        if program is self.program and self.placement.on_host(instr):
+            return self._on_host(instr, values)
         spec = program.kernels[id(instr)]
         outputs = self._outputs(instr, spec)
         arena = self._arena
         assert arena is not None
         scratch = [arena.view(at, n, arena) for at, n in zip(self.plan.scratch[spec.name], spec.scratch)]
-        addresses = [b.address for b in outputs + [values[id(o)] for o in spec.operands]
+        addresses = [b.address for b in outputs + [self._device(values[id(o)], o.shape) for o in spec.operands]
                      + [self.constants[id(c)] for c in spec.constants] + scratch]
         for launch in spec.launches:
             self._last_kernel = launch.name
@@ -187,13 +236,15 @@ class GpuExecutable:
         """`value` with every leaf in the arena copied to memory of its own."""
         if isinstance(value, list):
             return [self._detach(v) for v in value]
-        if value.arena is None:
+        if isinstance(value, OnHost) or value.arena is None:
             return value
         copy = self.memory.alloc(value.nbytes, self.stream)
         self.memory.copy(copy, value, value.nbytes, self.stream)
         return copy
 
-    def _read_scalar(self, buffer: Buffer, dtype) -> Any:
+    def _read_scalar(self, buffer: Buffer | OnHost, dtype) -> Any:
+        if isinstance(buffer, OnHost):   # computed on the host: no copy
+            return np.asarray(buffer.array).astype(dtype).reshape(())[()]
         data = self.memory.download(buffer, np.dtype(dtype).itemsize, self.stream)
         return np.frombuffer(data.tobytes(), dtype)[0]
 

@@ -3,8 +3,9 @@
     python -m tests.backends.gpu.device_check [--quick] [--no-corpus] [--no-workloads]
                                               [--budget SECONDS]
 
-1. The conformance corpus (both levels of every case) through `--backend gpu`: each case
-   compiled to PTX, loaded by the driver, run, and compared with XLA's outputs; a refused
+1. The conformance corpus (both levels of every case) through `--backend gpu`, every
+   instruction a kernel (placement "device"): each case compiled to PTX, loaded by the
+   driver, run, and compared with XLA's outputs; a refused
    case is counted with the op it names. Prints every failure and the counts.
 2. Device arrays and the arena (`check_device_arrays`, which gpu-sim's tests also run): a
    chain of three jitted calls on device_put arrays (results consumed on other executables'
@@ -57,7 +58,8 @@ def check_corpus(deadline: float) -> tuple[int, int, int, list[str]]:
                 return passed, failed, refused, messages
             try:
                 problems = run_case(case, level,
-                                    lambda text, inputs: backend.compile(parse_module(text)).run_flat(inputs))
+                                    lambda text, inputs: backend.compile(parse_module(text), placement="device")
+                                    .run_flat(inputs))
             except GpuUnsupported as e:
                 refused += 1
                 messages.append(f"refused {case.name} ({level}): {e}")

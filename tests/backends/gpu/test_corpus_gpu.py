@@ -37,7 +37,7 @@ def test_case_on_gpu_sim_and_ptxas(case_dir, level, tmp_path):
     try:
         module = parse_module(case.hlo_text(level))
         compiled = compile_module(module.clone())
-        executable = SIM_BACKEND.compile(module, compiled=compiled)
+        executable = SIM_BACKEND.compile(module, compiled=compiled, placement="device")   # every kernel runs
     except GpuUnsupported as e:
         assert refused(case.name, level), f"newly refused: {e}"
         assert "the GPU backend cannot" in str(e)
