@@ -4,11 +4,12 @@
 
 For each workload and size, the same function is compiled twice: by `jit` for the
 argument's exact shape (static), and by `jit(polymorphic_shapes=...)` (dynamic: traced
-once, compiled for the size's power-of-two bucket, arguments copied into bucket-sized
-buffers, outputs sliced). Calls alternate between the two, back to back, and the table
-reports the median (and the minimum) of each and their ratios (dynamic / static; 1.0 = as
-fast). On a busy machine the minimum is the steadier figure. Results are
-checked against each other first.
+once, compiled for the size's bucket: the default buckets, or, in the rows whose bucket is
+b<=512 or s<=512, one bucket for every size up to that bound; arguments copied into
+bucket-sized buffers, outputs sliced). Calls alternate between the two, back to back, and
+the table reports the median (and the minimum) of each and their ratios (dynamic / static;
+1.0 = as fast). On a busy machine the minimum is the steadier figure. Results are checked
+against each other first.
 """
 from __future__ import annotations
 
@@ -72,15 +73,20 @@ def _time_pair(static, dynamic, args, repeats: int) -> tuple[list[float], list[f
     return st, dy
 
 
+ONE_BUCKET = 512   # the single bucket of the "one bucket for all sizes" rows
+
+
 def cases(rng):
+    """(workload, dimension, size, function, spec, arguments, one bucket?)"""
     d, f = 256, 1024
     mlp_w = _weights(rng, [(512, 1024), (1024,), (1024, 10), (10,)])
     enc_w = _weights(rng, [(d, 3 * d), (d, d), (d, f), (f, d)]) + [np.ones(d, np.float32), np.zeros(d, np.float32)] * 2
-    yield "MLP 512-1024-10", "batch", 64, mlp, "b, 512", [rng.standard_normal((64, 512)).astype(np.float32)] + mlp_w
-    yield "MLP 512-1024-10", "batch", 50, mlp, "b, 512", [rng.standard_normal((50, 512)).astype(np.float32)] + mlp_w
-    for s in (128, 100):
+    for n, one in ((64, False), (50, False), (33, False), (50, True), (300, True)):
+        yield ("MLP 512-1024-10", "batch", n, mlp, "b, 512",
+               [rng.standard_normal((n, 512)).astype(np.float32)] + mlp_w, one)
+    for s, one in ((128, False), (100, False), (65, False), (100, True)):
         yield (f"encoder layer d={d}", "seq", s, encoder_layer, f"s, {d}",
-               [rng.standard_normal((s, d)).astype(np.float32)] + enc_w)
+               [rng.standard_normal((s, d)).astype(np.float32)] + enc_w, one)
 
 
 def main(argv=None) -> None:
@@ -89,9 +95,12 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     rows = []
-    for name, dim, size, fn, spec, call_args in cases(rng):
+    for name, dim, size, fn, spec, call_args, one in cases(rng):
         static = pyxla.jit(fn)
-        dynamic = pyxla.jit(fn, polymorphic_shapes=(spec,) + (None,) * (len(call_args) - 1))
+        symbol = spec.split(",")[0].strip()
+        buckets = dict(shape_constraints=(f"{symbol} <= {ONE_BUCKET}",), size_buckets={symbol: (ONE_BUCKET,)}) \
+            if one else {}
+        dynamic = pyxla.jit(fn, polymorphic_shapes=(spec,) + (None,) * (len(call_args) - 1), **buckets)
         want, got = static(*call_args), dynamic(*call_args)
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
         bucket = dynamic.buckets()[0]

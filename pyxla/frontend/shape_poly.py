@@ -228,10 +228,22 @@ def _solve_linear(d: DimExpr, sym: Symbol, n: int, values: Mapping[str, int]) ->
 
 # --- buckets -------------------------------------------------------------------------------
 
+# The default buckets are the powers of two from this one up. Kernels stop at the actual
+# size along most dynamic dimensions (passes/dynamic_padder/bounded_rows.py), so a small
+# size in a larger bucket costs little: sizes 3 and 9 ran as fast in bucket 16 or 32 as in
+# bucket 4 or 16 (MLP and encoder layer of benchmarks/dynamic_shapes.py), and sizes 1-16
+# then share one compile instead of five. Above it the buckets keep doubling: what still
+# computes the whole bucket (masked dimensions: the columns of attention scores, the
+# copies of the arguments) grows with the bucket, and in a bucket four times the size
+# the encoder layer took up to 1.2-1.9x the static time (docs/dynamic-shapes.md).
+SMALLEST_BUCKET = 16
+
+
 def choose_buckets(values: Mapping[str, int], symbols: Mapping[str, Symbol],
                    size_buckets: Mapping[str, Sequence[int]]) -> dict[str, int]:
     """Each symbol's bucket: the size the compiled code is padded to. The smallest declared
-    bucket holding the size, or the next power of two capped by the symbol's upper bound."""
+    bucket holding the size, or the next power of two from SMALLEST_BUCKET up, capped by the
+    symbol's upper bound."""
     out = {}
     for name, n in values.items():
         sym = symbols[name]
@@ -243,7 +255,7 @@ def choose_buckets(values: Mapping[str, int], symbols: Mapping[str, Symbol],
                                     f"{max(declared)} (size_buckets={{{name!r}: {tuple(declared)}}})")
             out[name] = min(fitting)
             continue
-        bucket = 1 << max(0, n - 1).bit_length()
+        bucket = max(SMALLEST_BUCKET, 1 << max(0, n - 1).bit_length())
         if sym.upper is not None:
             bucket = min(bucket, sym.upper)
         out[name] = max(bucket, n)

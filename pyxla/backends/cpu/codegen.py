@@ -32,6 +32,8 @@ Kernels by kind:
                 GEMM in blocks on the pool (dot/tasks.py), or, when m or n is 1, the
                 matrix-vector kernels (dot/gemv.py); for fusion kOutput the epilogue in
                 place over the result, per block where it can be
+A fusion of a padded module with `bounded_rows` computes only the indices of one output
+dimension below a size read at run time; its loops stop there (bounded_loops.py).
 
 Across threads. A loop nest (a loop kernel, the rows of a reduction kernel, an epilogue)
 whose estimated work is at least PARALLEL_MIN_WORK is split across the worker pool
@@ -77,8 +79,9 @@ from ..llvm.ir_types import (
     i64,
     scalar_constant,
 )
-from ..llvm.loops import counted_loop, for_range, for_span
+from ..llvm.loops import for_range, for_span
 from ..llvm.transpose_loops import blocked_loop_nest, crossed_dimensions
+from .bounded_loops import bounded_loop_nest, read_row_bound
 from .control_flow import (
     CONTROL_FLOW,
     VIEWS,
@@ -438,7 +441,7 @@ class KernelEmitter:
     # dispatch
     def emit(self) -> None:
         instr = self.instr
-        self.row_bound = self._read_row_bound()
+        self.row_bound = read_row_bound(self)
         root = self.fused.root if self.fused is not None else instr
         ops = {i.opcode for i in self.fused.instructions} if self.fused is not None else {instr.opcode}
         special = KERNELS.get(root.opcode) or self._output_fusion_kernel()
@@ -457,24 +460,6 @@ class KernelEmitter:
         if concat is not None:
             return emit_concatenated_rows(self, root, concat)
         self.emit_loop(root)
-
-    def _read_row_bound(self) -> tuple[int, ir.Value] | None:
-        """A fusion with `bounded_rows={k, d}` needs only the indices of dimension d of its
-        outputs below the value of its s32[] operand k (the rest is padding no one reads,
-        passes/dynamic_padder/bounded_rows.py): (d, that count), read once at kernel entry
-        and clamped to [0, extent]. The loops over the output (loop kernels, the rows of a
-        reduction, pyxla's GEMM blocks and epilogues) stop there; other kernels compute
-        everything."""
-        bounded = self.instr.attrs.get("bounded_rows")
-        if bounded is None:
-            return None
-        number, d = bounded
-        shape = self.instr.shape
-        extent = (shape.elements[0] if isinstance(shape, TupleShape) else shape).dims[d]
-        b = self.b
-        value = b.sext(b.load(self.pointers[id(self.instr.operands[number])], typ=I32), ir.IntType(64))
-        value = b.select(b.icmp_signed("<", value, i64(0)), i64(0), value)
-        return d, b.select(b.icmp_signed("<", value, i64(extent)), value, i64(extent), name="rows.bound")
 
     def _output_fusion_kernel(self):
         if self.fused is None or self.instr.attrs.get("kind") != "kOutput":
@@ -711,27 +696,7 @@ class KernelEmitter:
             k, n_tasks = split
             return self.parallel_chunks(extents, k, n_tasks,
                                         lambda t, begin, end: for_span(b, extents, k, begin, end, body))
-        d, count = bound
-        if split is None:
-            return _bounded_nest(b, extents, d, count, body)
-        k, n_tasks = split
-        if d == 0:   # the flat range of the first k dimensions ends at count rows
-            return self.parallel_chunks(extents, k, n_tasks,
-                                        lambda t, begin, end: for_span(b, extents, k, begin, end, body),
-                                        b.mul(count, i64(_prod(extents[1:k]))))
-        if k <= d:   # chunks of the dimensions before the bounded one, each bounded inside
-            return self.parallel_chunks(extents, k, n_tasks, lambda t, begin, end: for_span(
-                b, extents[:k], k, begin, end,
-                lambda outer: _bounded_nest(b, extents[k:], d - k, count, lambda inner: body(outer + inner))))
-        # chunks of (the dimensions before it) x (its first count indices)
-        outer_extents = tuple(extents[:d])
-
-        def one(f):
-            outer = delinearize(b, b.udiv(f, count), outer_extents, default_layout(d))
-            for_range(b, extents[d + 1:], lambda inner: body(tuple(outer) + (b.urem(f, count),) + tuple(inner)))
-
-        self.parallel_chunks(extents, d + 1, n_tasks, lambda t, begin, end: counted_loop(b, begin, end, one),
-                             b.mul(count, i64(_prod(outer_extents))))
+        return bounded_loop_nest(self, extents, body, split, bound)
 
     def _reduce_in_parts(self, r: HloInstruction, shape: ArrayShape, result, work: float) -> bool:
         """Compute reduction `r` into `result` (laid out as `shape`) by tasks that each reduce
@@ -899,12 +864,6 @@ def _identity(opcode: str, t):
         return {"maximum": -np.inf, "minimum": np.inf}.get(opcode)
     least, greatest = integer_limits(t)
     return {"and": -1 if least < 0 else greatest, "maximum": least, "minimum": greatest}[opcode]
-
-
-def _bounded_nest(b: ir.IRBuilder, extents, d: int, count: ir.Value, body) -> None:
-    """for_range(extents, body) over the indices whose dimension d is below count only."""
-    for_range(b, extents[:d], lambda outer: for_span(
-        b, extents[d:], 1, i64(0), count, lambda inner: body(tuple(outer) + tuple(inner))))
 
 
 def _prod(dims) -> int:
