@@ -92,7 +92,8 @@ class GpuExecutable:
         constants = [i for c in module.computations for i in c.instructions
                      if i.opcode == "constant" and isinstance(i.shape, ArrayShape)]
         constants += [c for s in specs for c in s.constants]
-        self.constants = {id(c): memory.upload(physical(np.asarray(c.literal), c.shape), self.stream)
+        self.literals = {id(c): np.asarray(c.literal) for c in constants}
+        self.constants = {id(c): memory.upload(physical(self.literals[id(c)], c.shape), self.stream)
                           for c in constants}
 
     # --- the backend interface -----------------------------------------------------------------
@@ -180,7 +181,9 @@ class GpuExecutable:
         if op == "constant":
             if not isinstance(instr.shape, ArrayShape):
                 raise GpuUnsupported(f"the GPU backend cannot hold the tuple constant {instr.describe()} yet")
-            return self.constants[id(instr)]
+            held = OnHost(self.literals[id(instr)])   # on both sides: host work reads it without a copy
+            held.buffer = self.constants[id(instr)]
+            return held
         if op in ALIASES or is_identity_custom_call(instr):
             if op == "tuple":
                 return [values[id(o)] for o in instr.operands]

@@ -80,6 +80,27 @@ def test_results_are_the_same_in_every_mode_and_the_selector_needs_no_copy_back(
     assert downloads == {"auto": 0, "device": 1, "host": 0}
 
 
+def test_host_work_reads_constants_without_a_copy(rng):
+    text = """HloModule consts
+ENTRY e {
+  i = f32[] parameter(0)
+  c = f32[4] constant({1.5, -2, 3, 0.25})
+  b = f32[4] broadcast(i), dimensions={}
+  m = f32[4] multiply(b, c)
+  ROOT s = f32[4] add(m, c)
+}
+"""
+    executable = compile_sim(text, "host")
+    memory = memory_for("gpu-sim")
+    before = memory.counts()
+    (out,) = executable.run_device([np.float32(2.5)])
+    after = memory.counts()
+    assert after["downloads"] == before["downloads"]   # the constant was not read back
+    assert after["uploads"] - before["uploads"] == 1   # the result, as a device array
+    np.testing.assert_array_equal(np.asarray(out), np.float32(2.5) * np.float32([1.5, -2, 3, 0.25])
+                                  + np.float32([1.5, -2, 3, 0.25]))
+
+
 def test_the_decisions_are_in_the_dump(tmp_path, monkeypatch):
     monkeypatch.setenv("PYXLA_DUMP", str(tmp_path))
     compile_sim(SCALAR_WORK, "auto")
