@@ -16,6 +16,8 @@ methods, and Array.at), so that a process that only runs a cached ONNX model
 """
 __version__ = "0.1.0"
 
+import sys as _sys
+
 from .errors import (  # noqa: F401
     ArgumentError,
     ConcretizationError,
@@ -53,6 +55,73 @@ def _load_api() -> None:
         globals()[name] = importlib.import_module(f".{name}", __name__)
     for name, module in _API.items():
         globals()[name] = getattr(importlib.import_module(module, __name__), name)
+
+
+# Tracer's operators and ndarray methods are installed by pyxla.numpy, which the API above
+# imports first. A program that reaches the tracer without it (`from pyxla.frontend.jit
+# import jit`) gets them on first use: when pyxla.frontend.tracing is loaded, each operator
+# it lacks, and attribute lookup, is a stand-in that imports pyxla.numpy (which replaces the
+# stand-ins with the real methods) and dispatches again. Nothing is imported at that point,
+# only on the first use, inside a trace, when every import has finished.
+_OPERATOR_NAMES = [f"__{op}__" for op in (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "divmod", "pow", "matmul", "and", "or", "xor",
+    "lshift", "rshift")] + [f"__r{op}__" for op in (
+        "add", "sub", "mul", "truediv", "floordiv", "mod", "divmod", "pow", "matmul", "and", "or", "xor",
+        "lshift", "rshift")] + [f"__{op}__" for op in (
+            "lt", "le", "gt", "ge", "eq", "ne", "neg", "pos", "abs", "invert", "round", "getitem",
+            "array_ufunc", "array_function")]
+
+
+def _install_on_first_use(tracer_class) -> None:
+    import importlib
+
+    def installed() -> bool:
+        if f"{__name__}.numpy" in _sys.modules:
+            return False
+        importlib.import_module(".numpy", __name__)
+        return True
+
+    def stand_in(name):
+        def method(self, *args, **kwargs):
+            installed()
+            return getattr(type(self), name)(self, *args, **kwargs)
+        return method
+
+    for name in _OPERATOR_NAMES:
+        if name not in tracer_class.__dict__:
+            setattr(tracer_class, name, stand_in(name))
+
+    def __getattr__(self, name):
+        if not name.startswith("__") and installed():
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    if "__getattr__" not in tracer_class.__dict__:
+        tracer_class.__getattr__ = __getattr__
+
+
+class _OnTracerImport:
+    """A meta path finder that calls _install_on_first_use once pyxla.frontend.tracing has run."""
+    target = f"{__name__}.frontend.tracing"
+
+    def find_spec(self, name, path, target=None):
+        if name != self.target:
+            return None
+        from importlib.machinery import PathFinder
+        _sys.meta_path.remove(self)
+        spec = PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _install_on_first_use(module.Tracer)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if f"{__name__}.frontend.tracing" not in _sys.modules:
+    _sys.meta_path.insert(0, _OnTracerImport())
 
 
 def __getattr__(name: str):
