@@ -55,14 +55,15 @@ class LeafSignature:
         return f"{self.dtype}{list(self.shape)}" + (" (weak)" if self.weak else "")
 
 
-def _leaf_value(x: Any) -> tuple[np.ndarray, bool]:
-    """An argument leaf as an array, and whether it is weakly typed (a Python scalar)."""
+def _leaf_value(x: Any, device_arrays: bool = False) -> tuple[np.ndarray, bool]:
+    """An argument leaf as an array, and whether it is weakly typed (a Python scalar);
+    with `device_arrays` (a GPU backend), a GPU backend's array as it is."""
     if isinstance(x, Tracer):
         raise TraceError("a traced value was passed to a jitted function from outside any trace")
     if isinstance(x, (int, float)) and not isinstance(x, (bool, np.generic)):
         return np.asarray(x), True
-    if getattr(x, "__pyxla_device_array__", False):
-        return x, False   # a GPU backend's array (shape, dtype): the executable takes it without a copy
+    if device_arrays and getattr(x, "__pyxla_device_array__", False):
+        return x, False   # (shape, dtype): the GPU executable takes it without a copy
     arr = np.asarray(x)
     if not arr.dtype.isnative:
         # ">f4" holds the same values as float32 in other bytes: the signature and the
@@ -249,7 +250,8 @@ class Jitted:
             else:
                 dyn_kwargs[name] = value
         leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
-        return tuple(static), [_leaf_value(x) for x in leaves], tree
+        on_gpu = self.backend.startswith("gpu")
+        return tuple(static), [_leaf_value(x, on_gpu) for x in leaves], tree
 
     def _key(self, static_key, leaves, in_tree) -> tuple:
         sig = tuple(LeafSignature(a.shape, a.dtype.name, weak) for a, weak in leaves)

@@ -113,3 +113,12 @@ ENTRY e {
     assert same.buffer.address == d.buffer.address
     np.testing.assert_array_equal(np.asarray(same), x)
     np.testing.assert_array_equal(np.asarray(const), [1, 2, 3])
+
+
+def test_other_backends_take_a_device_array_as_its_host_copy(rng):
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    d = pyxla.device_put(x, device="gpu-sim")
+    for backend in ("cpu", "interpreter"):
+        out = pyxla.jit(lambda v: v * 2.0 + 1.0, backend=backend)(d)
+        assert isinstance(out, np.ndarray)
+        np.testing.assert_array_equal(out, x * np.float32(2.0) + np.float32(1.0))

@@ -50,7 +50,7 @@ def run_sim(launch: Launch, out: np.ndarray) -> None:
     module = ir.Module(name="t")
     emit_phases(module, launch, 1, None)
     emit_host_launch(module, launch, 1)
-    SimKernels(str(module), [launch.name]).launch(launch, [out])
+    SimKernels(str(module), [launch.name]).launch(launch, [out.ctypes.data])
 
 
 def ptx_of(launch: Launch) -> str:
