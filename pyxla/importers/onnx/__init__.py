@@ -63,11 +63,13 @@ def load(source, *, backend: str | None = None, base_dir: str | os.PathLike | No
         known = load_index.load_model_entry(index_key)
         if known is not None and known.get("model") is not None:
             try:
-                return OnnxModel(None, **options, index_key=index_key, known=known,
-                                 reload=lambda: _parse(source, base_dir)[0])
+                model = OnnxModel(None, **options, index_key=index_key, known=known,
+                                  reload=lambda: _parse(source, base_dir, data)[0])
+                model.index_describes = True
+                return model
             except (ValueError, KeyError, TypeError) as e:
                 load_index.discard_model_entry(index_key, f"unusable ({type(e).__name__}: {e})")
-    proto, external = _parse(source, base_dir)
+    proto, external = _parse(source, base_dir, data)
     index_key = known = None
     describes = False
     if indexed and proto.ByteSize() < load_index.PROTOBUF_LIMIT:
@@ -106,7 +108,10 @@ def _source_bytes(source) -> bytes | None:
     return None
 
 
-def _parse(source, base_dir):
-    """(the ModelProto, whether it kept data in other files), unchecked."""
+def _parse(source, base_dir, data: bytes | None):
+    """(the ModelProto, whether it kept data in other files), unchecked: from the bytes
+    already read and hashed, when there are some."""
     from .model_file import read_model
-    return read_model(source, base_dir)
+    if data is not None and not isinstance(source, (str, os.PathLike)):
+        source = data
+    return read_model(source, base_dir, data if isinstance(source, (str, os.PathLike)) else None)

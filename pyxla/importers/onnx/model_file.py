@@ -39,8 +39,10 @@ def load_model(source, base_dir: str | os.PathLike | None = None, check: bool = 
     return model
 
 
-def read_model(source, base_dir: str | os.PathLike | None = None):
-    """(the model in `source` with external data read in, whether it had any), unchecked."""
+def read_model(source, base_dir: str | os.PathLike | None = None, data: bytes | None = None):
+    """(the model in `source` with external data read in, whether it had any), unchecked.
+    `data`: the file's bytes when `source` is a path the caller has read already (so the
+    model parsed is the one those bytes are, even if the file changes meanwhile)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -53,7 +55,7 @@ def read_model(source, base_dir: str | os.PathLike | None = None):
         elif isinstance(source, (str, os.PathLike)):
             path = Path(source)
             try:
-                data = path.read_bytes()
+                data = path.read_bytes() if data is None else data
             except OSError as e:
                 raise OnnxImportError(f"cannot read ONNX model {str(path)!r}: {e.strerror or e}") from None
             what = repr(str(path))

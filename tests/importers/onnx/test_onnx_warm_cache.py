@@ -180,7 +180,9 @@ def test_bad_call_entry_warns_and_gives_the_right_result(cache_dir, damage):
 def test_warm_load_neither_parses_the_model_nor_imports_the_tracer(cache_dir, tmp_path):
     """A warm process finds the model by its file's bytes: the ModelProto is never parsed,
     and neither onnx nor pyxla's tracer and importer are imported; the results are the
-    cold process's bit for bit, and a call with new shapes still traces."""
+    cold process's bit for bit. A call with new shapes still traces (parsing the bytes
+    read at load, not the file again) and is kept, so a third process serves both
+    signatures from the index."""
     path = tmp_path / "small.onnx"
     path.write_bytes(small_model(seed=21))
     x = np.random.default_rng(22).standard_normal((3, 64)).astype(np.float32)
@@ -192,20 +194,28 @@ def test_warm_load_neither_parses_the_model_nor_imports_the_tracer(cache_dir, tm
         "np.save(sys.argv[3], out['y'])\n"
         "print(m._proto is None, 'onnx' in sys.modules, 'pyxla.frontend.jit' in sys.modules,\n"
         "      'pyxla.importers.onnx.importer' in sys.modules)\n"
+        "if sys.argv[4] == 'edit':\n"
+        "    open(sys.argv[1], 'wb').write(b'not a model any more')\n"
         "x5 = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float32)\n"
-        "np.save(sys.argv[3] + '.5.npy', m(x=x5)['y'])\n")
+        "if sys.argv[4] != 'first':\n"
+        "    np.save(sys.argv[3] + '.5.npy', m(x=x5)['y'])\n"
+        "    print(m.compile({'x': x5}).module is None)\n")
     env = {**os.environ, "PYXLA_CACHE_DIR": str(cache_dir)}
     runs = []
-    for k in range(2):
+    for k, action in enumerate(["first", "edit", "keep"]):
+        if k == 2:
+            path.write_bytes(small_model(seed=21))
         out = tmp_path / f"y{k}.npy"
-        proc = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "x.npy"), str(out)],
+        proc = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "x.npy"), str(out), action],
                               capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         assert proc.returncode == 0, proc.stderr
-        runs.append((proc.stdout.split(), np.load(out), np.load(str(out) + ".5.npy")))
-    assert runs[0][0] == ["False", "True", "True", "True"]          # cold: parsed, checked, traced
-    assert runs[1][0] == ["True", "False", "False", "False"]        # warm: none of it
-    np.testing.assert_array_equal(runs[0][1], runs[1][1])
-    np.testing.assert_array_equal(runs[0][2], runs[1][2])
+        runs.append((proc.stdout.split(), np.load(out), np.load(str(out) + ".5.npy") if k else None))
+    assert runs[0][0] == ["False", "True", "True", "True"]             # cold: parsed, checked, traced
+    assert runs[1][0] == ["True", "False", "False", "False", "False"]  # warm; new shapes traced
+    assert runs[2][0] == ["True", "False", "False", "False", "True"]   # both from the index
+    for run in runs[1:]:
+        np.testing.assert_array_equal(runs[0][1], run[1])
+    np.testing.assert_array_equal(runs[1][2], runs[2][2])
     x5 = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float32)
     np.testing.assert_allclose(runs[1][2], _reference(small_model(seed=21), x5)["y"], rtol=1e-5, atol=1e-5)
 
