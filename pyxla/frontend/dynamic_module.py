@@ -6,7 +6,7 @@ instructions that follow from their operands (hlo/dynamic_dims.py), so a module 
 text is a shape polymorphic module like a traced one. `compile_dynamic(module, backend)`
 runs it the way `jit(polymorphic_shapes=...)` runs a traced function: a call binds each
 symbol to the size of the parameter dimension it names (checking `<=N` and that a symbol
-used twice has one size), picks the size's bucket (the next power of two, capped by `N`),
+used twice has one size), picks the size's bucket (the next power of two, at least 16, capped by `N`),
 specialises the module to the bucket with the dynamic padder (compiled once per bucket,
 `PYXLA_LOG_COMPILES` logs it), pads the arguments, and slices the results to their sizes.
 
