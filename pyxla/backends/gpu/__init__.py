@@ -30,12 +30,12 @@ from ...compiler import CompiledModule, compile_module
 from ...hlo.module import HloModule
 from ...hlo.shape import ArrayShape
 from ...hlo.verifier import verify_module
-from .arena import plan_arena
+from .arena import plan_arena, programs
 from .arrays import DeviceArray, device_put, logical, physical
 from .executable import DeviceKernelSet, GpuExecutable, SimKernelSet
 from .kernels import GpuUnsupported, KernelSpec, emit_kernels
 from .memory import memory_for
-from .placement import place, placement_mode
+from .placement import place_programs, placement_mode
 from .program import Program, plan_program
 from .simt import flush_subnormals, restore_mxcsr
 
@@ -94,12 +94,13 @@ class GpuBackend:
             raise GpuUnsupported("the GPU backend cannot take tuple-shaped ENTRY parameters yet")
         ir_text, specs, program = _kernel_module(compiled, "host" if self.name == "gpu-sim" else "ptx")
         arena = plan_arena(compiled.module, program, compiled.buffers)
-        placed = place(compiled.module.entry, program.kernels, mode)
+        placed = place_programs(program, mode)
         dump = os.environ.get("PYXLA_DUMP")
         if dump:
             folder = Path(dump) / compiled.module.name
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "gpu-placement.txt").write_text(placed.to_text(compiled.module.entry) + "\n")
+            text = "\n\n".join(placed[id(p)].to_text(p.computation) for p in programs(program))
+            (folder / "gpu-placement.txt").write_text(text + "\n")
         kernels = (SimKernelSet if self.name == "gpu-sim" else DeviceKernelSet)(ir_text, specs)
         return GpuExecutable(compiled.module, program, specs, memory_for(self.name), kernels, arena, placed)
 

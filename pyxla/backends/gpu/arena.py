@@ -57,16 +57,16 @@ def array_sizes(shape) -> list[int]:
 
 def plan_arena(module: HloModule, entry: Program, entry_buffers: BufferAssignment) -> ArenaPlan:
     plan = ArenaPlan()
-    programs = _programs(entry)
+    every = programs(entry)
     at = 0
-    for program in programs:
+    for program in every:
         assignment = entry_buffers if program is entry else assign_buffers(module, program.computation)
         size = _place_region(program, assignment, at, plan)
         plan.regions[id(program)] = (at, size)
         at = align(at + size)
     plan.scratch_offset = at
     most = 0
-    for program in programs:
+    for program in every:
         for spec in program.kernels.values():
             offsets, end = [], 0
             for n in spec.scratch:
@@ -78,11 +78,12 @@ def plan_arena(module: HloModule, entry: Program, entry_buffers: BufferAssignmen
     return plan
 
 
-def _programs(program: Program) -> list[Program]:
+def programs(program: Program) -> list[Program]:
+    """`program` and every program its control flow runs, callers first."""
     found = [program]
     for called in program.called.values():
         for p in called:
-            found.extend(_programs(p))
+            found.extend(programs(p))
     return found
 
 

@@ -75,9 +75,10 @@ class GpuExecutable:
     results to the host (the backend interface's NumPy arrays)."""
 
     def __init__(self, module: HloModule, program: Program, specs: list[KernelSpec], memory: Memory,
-                 kernels: Any, arena: ArenaPlan, placement: Placement):
+                 kernels: Any, arena: ArenaPlan, placements: dict[int, Placement]):
         self.module = module
-        self.placement = placement
+        self.placements = placements   # id(program) -> where its instructions run
+        self.placement = placements[id(program)]
         self._eval = EvalContext(module)
         self.program = program
         self.memory = memory
@@ -194,7 +195,7 @@ class GpuExecutable:
             return values[id(instr.operands[0])]   # shares its operand's bytes
         if op == "while":
             condition, body = program.called[id(instr)]
-            state = self._device(values[id(instr.operands[0])], instr.operands[0].shape)
+            state = values[id(instr.operands[0])]   # (host leaves go to the device when a kernel reads them)
             while self._read_scalar(self._run(condition, [state]), np.bool_):
                 state = self._run(body, [state])
             return self._detach(state)
@@ -206,12 +207,11 @@ class GpuExecutable:
                 index = index if 0 <= index < len(branches) else len(branches) - 1
             else:
                 index = 0 if self._read_scalar(values[id(selector)], np.bool_) else 1
-            operand = instr.operands[1 + index]
-            return self._detach(self._run(branches[index], [self._device(values[id(operand)], operand.shape)]))
+            return self._detach(self._run(branches[index], [values[id(instr.operands[1 + index])]]))
         if op == "call":
             (callee,) = program.called[id(instr)]
-            return self._detach(self._run(callee, [self._device(values[id(o)], o.shape) for o in instr.operands]))
-        if program is self.program and self.placement.on_host(instr):
+            return self._detach(self._run(callee, [values[id(o)] for o in instr.operands]))
+        if self.placements[id(program)].on_host(instr):
             return self._on_host(instr, values)
         spec = program.kernels[id(instr)]
         outputs = self._outputs(instr, spec)

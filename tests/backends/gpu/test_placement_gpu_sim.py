@@ -80,6 +80,58 @@ def test_results_are_the_same_in_every_mode_and_the_selector_needs_no_copy_back(
     assert downloads == {"auto": 0, "device": 1, "host": 0}
 
 
+COUNTED_LOOP = """HloModule counted
+cond {
+  s = (s32[], f32[2000]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], f32[2000]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  v = f32[2000] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  w = f32[2000] sine(v)
+  h = f32[2000] constant({...})
+  ROOT t = (s32[], f32[2000]) tuple(j, w)
+}
+ENTRY e {
+  x = f32[2000] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[2000]) tuple(zero, x)
+  ROOT w = (s32[], f32[2000]) while(init), condition=cond, body=body
+}
+""".replace("  h = f32[2000] constant({...})\n", "")
+
+
+def test_a_loop_condition_runs_on_the_host_and_its_body_on_the_device(rng):
+    x = rng.standard_normal(2000).astype(np.float32)
+    launches = {}
+    for mode in ("auto", "device"):
+        executable = compile_sim(COUNTED_LOOP, mode)
+        count = [0]
+        launch = executable.kernels.launch
+
+        def counting(*args, launch=launch, count=count):
+            count[0] += 1
+            launch(*args)
+        executable.kernels.launch = counting
+        matches_evaluator([np.asarray(o) for o in executable.run_device([x])], COUNTED_LOOP, [x])
+        launches[mode] = count[0]
+        cond = next(c for c in executable.module.computations if c.name == "cond")
+        (compare,) = [i for i in cond.instructions if id(i) in executable.placements[id(_program_of(executable, cond))].where]
+        assert executable.placements[id(_program_of(executable, cond))].where[id(compare)] == (HOST if mode == "auto" else DEVICE)
+    # the condition runs 7 times: as kernels on the device, not at all in auto
+    assert launches["device"] - launches["auto"] == 7
+
+
+def _program_of(executable, computation):
+    from pyxla.backends.gpu.arena import programs
+    return next(p for p in programs(executable.program) if p.computation is computation)
+
+
 def test_host_work_reads_constants_without_a_copy(rng):
     text = """HloModule consts
 ENTRY e {
@@ -107,6 +159,7 @@ def test_the_decisions_are_in_the_dump(tmp_path, monkeypatch):
     text = (tmp_path / "scalars" / "gpu-placement.txt").read_text()
     assert text.startswith("placement of e (auto): ")
     assert "  host   %" in text and "  device %" in text and " us, device " in text
+    assert "placement of yes (auto)" in text and "placement of no (auto)" in text
 
 
 def test_the_mode_from_the_environment_and_refusals(monkeypatch):
