@@ -29,7 +29,9 @@ def test_frontend_does_not_import_pyxla_numpy():
 
 
 def test_import_pyxla_installs_array_methods():
+    # (`import pyxla` loads its API on first use of one of its names: here pyxla.jit)
     code = ("import pyxla\n"
+            "pyxla.jit\n"
             "from pyxla.frontend.tracing import Tracer\n"
             "from pyxla.frontend.array import Array\n"
             "assert all(hasattr(Tracer, n) for n in ('__add__', '__radd__', '__getitem__', 'sum', 'reshape',\n"
