@@ -67,6 +67,7 @@ CASES = {
     "inner loop, outer split": (lambda x: pnp.tanh(x) + 1.0, lambda x: np.tanh(x) + 1.0, (16, None, 512), [], 64),
     "inner loop, split across": (lambda x: pnp.tanh(x) + 1.0, lambda x: np.tanh(x) + 1.0, (2, None, 2048), [], 64),
     "attention": (_attention, _np_attention, (4, None, 32), [], 128),
+    "rows b - 1": (lambda x: pnp.tanh(x[1:] - x[:-1]), lambda x: np.tanh(x[1:] - x[:-1]), (None, 40), [], 32),
 }
 
 
