@@ -29,7 +29,7 @@ def cnn_block(x, w, b):
 
 
 def two_outputs(x, w):
-    """A small dot (BLAS's in the JIT), a tuple result and a parameter passing through."""
+    """A small dot (pyxla's GEMM on the calling thread), a tuple result and a parameter passing through."""
     y = x @ w
     return y, pnp.tanh(y).sum(axis=0), x
 

@@ -28,8 +28,8 @@ Kernels by kind:
                 reduction runs once, then the row's outputs are written. When reductions or
                 outputs do not share the rows, each reduction is first computed whole into
                 kernel scratch, then every output by its own loop nest reading them
-  gemm          dot of f32/f64 in canonical form: a BLAS call per batch element, pyxla's own
-                GEMM in blocks on the pool (dot/tasks.py), or, when m or n is 1, the
+  gemm          dot of f32/f64 in canonical form: pyxla's own GEMM, in blocks on the pool
+                when large (dot/tasks.py), or, when m or n is 1, the
                 matrix-vector kernels (dot/gemv.py); for fusion kOutput the epilogue in
                 place over the result, per block where it can be
 A fusion of a padded module with `bounded_rows` computes only the indices of one output
@@ -93,7 +93,6 @@ from .control_flow import (
     tuple_element_offsets,
     value_leaves,
 )
-from .dot.blas import emit_gemm
 from .dot.gemv import emit_gemv
 from .dot.plan import plan_gemm
 from .dot.tasks import emit_dot_tasks
@@ -101,7 +100,6 @@ from .ops.attention import emit_attention
 from .ops.column_reduce import column_reductions, emit_column_reduction
 from .ops.concat_rows import concatenate_of, emit_concatenated_rows
 from .runtime import kernel_profile
-from .runtime.native_target import aot_emission
 from .runtime.parallel import emit_parallel_tasks, worker_pool
 
 # Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
@@ -122,7 +120,8 @@ EXPENSIVE_COST = 8
 ROW_BUFFER_BYTES = 1 << 16        # rows up to this size keep costly shared values on the stack
 SPLITTABLE_REDUCERS = ("add", "multiply", "maximum", "minimum", "and", "or")
 # Dots of at least this many multiply-adds run as blocks on the pool, each with pyxla's own
-# GEMM (dot/tasks.py says why); smaller ones, and all when kernels run on one thread, call BLAS.
+# GEMM (dot/tasks.py says why); smaller ones, and all when kernels run on one thread, run it on
+# the calling thread.
 OWN_GEMM_MIN_WORK = 1 << 20
 # Blocks per thread of such a dot: each block packs its own rows of A and columns of B, so
 # fewer blocks repack less (MLP 16.3 -> 15.9 ms, attention 21.6 -> 21.1 ms at 2 instead of 4,
@@ -742,8 +741,8 @@ class KernelEmitter:
 
     def _emit_gemm(self, root: HloInstruction) -> bool:
         """An f32/f64 canonical dot whose operands are buffers (dot/plan.py): the
-        matrix-vector kernels when m or n is 1, pyxla's GEMM in blocks on the pool when it is
-        large, else BLAS; False when the dot does not fit (the elemental loops then compute it)."""
+        matrix-vector kernels when m or n is 1, else pyxla's GEMM (in blocks on the pool when
+        large); False when the dot does not fit (the elemental loops then compute it)."""
         plan = plan_gemm(root, self.fused, self.instr.shape)
         if plan is None:
             return False
@@ -753,7 +752,6 @@ class KernelEmitter:
         lptr = self.operand_pointer(lhs)
         rptr = self.operand_pointer(rhs)
         b = self.b
-        size = t.bytes
         shape = self.instr.shape
         # The epilogue reads the product where it was stored: in place when each element of
         # the result reads its own element of the product only, else from kernel scratch (an
@@ -762,9 +760,6 @@ class KernelEmitter:
         product_ptr = self.out_ptr if in_place else self.reserve_scratch(shape.byte_size)
         if root is not dot:
             self.e.buffer_reads[id(dot)] = lambda index: self.load(product_ptr, shape, index)
-
-        def at(ptr, elems, p):
-            return b.gep(ptr, [b.mul(p, i64(elems * size))], source_etype=I8) if batch > 1 else ptr
 
         pool = worker_pool()
         per_product = False   # whether the epilogue ran per block, inside the tasks
@@ -781,8 +776,11 @@ class KernelEmitter:
 
             emit_gemv(self, t.name, product_ptr, x, mat, batch, count, k, transposed, tasks,
                       epilogue_at if per_product else None)
-        elif (pooled := pool is not None and batch * m * n * k >= OWN_GEMM_MIN_WORK) or aot_emission() is not None:
-            # (an object file has no BLAS: its small dots take pyxla's GEMM on the calling thread)
+        else:
+            # pyxla's GEMM: in blocks on the pool when large, else on the calling thread (never
+            # BLAS, whose own threads would ignore PYXLA_NUM_THREADS and keep spinning through
+            # the kernels after it)
+            pooled = pool is not None and batch * m * n * k >= OWN_GEMM_MIN_WORK
             per_product = root is not dot and in_place and shape.rank == nb + 2
 
             def epilogue(prefix, i, j):
@@ -794,10 +792,6 @@ class KernelEmitter:
             emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, shape.dims[:nb], m, n, k, a_t, b_t,
                            pool.threads * GEMM_TASKS_PER_THREAD if pooled else 1, epilogue if per_product else None,
                            m_bound=m_bound)
-        else:
-            for_range(b, [batch], lambda index: emit_gemm(b, t.name, at(product_ptr, m * n, index[0]),
-                                                          at(lptr, m * k, index[0]), at(rptr, k * n, index[0]),
-                                                          m, n, k, a_t, b_t))
         if root is not dot and not per_product:
             self.emit_loop(root)
         return True

@@ -15,7 +15,6 @@ import pyxla.numpy as pnp
 from pyxla.backends.cpu import CpuBackend
 from pyxla.backends.cpu.codegen import ModuleCodegen
 from pyxla.backends.cpu.runtime.executable import REUSED_OUTPUT_BYTES
-from pyxla.backends.cpu.runtime.parallel import worker_pool
 from pyxla.compiler import compile_module
 from pyxla.hlo.builder import HloBuilder
 from pyxla.hlo.dims import DimExpr, Symbol
@@ -119,8 +118,6 @@ SKIPPED = {
 @pytest.mark.parametrize("name", sorted(SKIPPED))
 def test_padding_rows_of_the_output_are_left_as_they_were(name):
     fn, shape, others, bound = SKIPPED[name]
-    if name.startswith("gemm") and worker_pool() is None:
-        pytest.skip("the dot runs as BLAS (which computes every row) without the worker pool")
     rng = np.random.default_rng(11)
     bucket, weights = _bucket(fn, shape, others, bound, rng)
     run = bucket.compiled.executable.run_flat

@@ -1,6 +1,6 @@
 """Compiled programs called from several Python threads at once (an executable takes a
 free arena per call, runtime/executable.py): a GEMM with bias and ReLU on pyxla's own GEMM
-and on BLAS, 3x3 convolutions on the Winograd route and on the direct tiles, one
+on the pool and on one thread, 3x3 convolutions on the Winograd route and on the direct tiles, one
 executable compiled once and called through `Compiled`, and first calls of fresh jitted
 functions racing to compile. Every thread starts at a barrier and makes its calls on
 fresh random inputs; each result is compared with NumPy in float64 after the thread's
@@ -76,11 +76,16 @@ def assert_within(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> None:
 @pytest.fixture
 def routes(monkeypatch, pool):  # noqa: F811
     """The kernels chosen while compiling, by name, as a list that fills: "own gemm" (pyxla's
-    blocked GEMM on the pool), "blas", and the convolution emitters' class names."""
+    blocked GEMM on the pool), "one-thread gemm" (the same GEMM on the calling thread), and
+    the convolution emitters' class names."""
     seen: list[str] = []
-    dot_tasks, gemm = codegen.emit_dot_tasks, codegen.emit_gemm
-    monkeypatch.setattr(codegen, "emit_dot_tasks", lambda *a, **k: seen.append("own gemm") or dot_tasks(*a, **k))
-    monkeypatch.setattr(codegen, "emit_gemm", lambda *a, **k: seen.append("blas") or gemm(*a, **k))
+    dot_tasks = codegen.emit_dot_tasks
+
+    def gemm(*a, **k):
+        seen.append("own gemm" if a[11] > 1 else "one-thread gemm")   # a[11]: the task count
+        return dot_tasks(*a, **k)
+
+    monkeypatch.setattr(codegen, "emit_dot_tasks", gemm)
     for cls in (TiledConvolution, WinogradConvolution):
         emit = cls.__dict__["emit"]
         monkeypatch.setattr(cls, "emit", lambda self, *a, emit=emit: seen.append(type(self).__name__) or emit(self, *a))
@@ -124,10 +129,10 @@ def dense_check(got, x, w, b):
     return check
 
 
-@pytest.mark.parametrize("m,k,n,route", [(128, 256, 192, "own gemm"), (32, 64, 48, "blas")])
+@pytest.mark.parametrize("m,k,n,route", [(128, 256, 192, "own gemm"), (32, 64, 48, "one-thread gemm")])
 def test_dense_relu_from_threads(m, k, n, route, rng, routes):
     """128x256 @ 256x192 is 6.3M multiply-adds, past OWN_GEMM_MIN_WORK: pyxla's GEMM in
-    blocks on the pool; 32x64 @ 64x48 is under it: BLAS."""
+    blocks on the pool; 32x64 @ 64x48 is under it: the GEMM on the calling thread."""
     assert (m * n * k >= codegen.OWN_GEMM_MIN_WORK) == (route == "own gemm")
     f = pyxla.jit(dense_relu)
     x, w, b = dense_inputs(rng, m, k, n)
@@ -287,7 +292,8 @@ def test_first_calls_race_to_compile(rng, routes, monkeypatch, capsys):
 
 
 def test_first_calls_of_different_programs_race(rng, routes):
-    """Four fresh programs (own GEMM, BLAS, Winograd, reduction) compiled and run at once,
+    """Four fresh programs (GEMM on the pool and on one thread, Winograd, reduction) compiled
+    and run at once,
     one per thread: the LLVM JIT and the worker pool are shared between them."""
     f_dense = pyxla.jit(dense_relu)
     f_conv = pyxla.jit(conv_bias_relu, static_argnums=3)
@@ -309,5 +315,5 @@ def test_first_calls_of_different_programs_race(rng, routes):
         return lambda: assert_within(got, want, bound)
 
     on_threads(rng, program, calls=5)
-    assert sorted(routes) == sorted(["own gemm", "blas", "WinogradConvolution"])
+    assert sorted(routes) == sorted(["own gemm", "one-thread gemm", "WinogradConvolution"])
     assert (f_dense.trace_count, f_conv.trace_count, f_sum.trace_count) == (2, 1, 1)

@@ -1,6 +1,6 @@
 """dot and convolution on the cpu backend equal the evaluator for every element type XLA
 takes: pred (an OR of ANDs, not a sum modulo 2), the signed and unsigned integers (wrapping),
-f16, bf16, f32 and f64. Several shapes, so that the BLAS, GEMM/GEMV kernels and the
+f16, bf16, f32 and f64. Several shapes, so that the GEMM (pooled and on one thread), GEMV kernels and the
 elemental loops all take part where the type allows them."""
 from __future__ import annotations
 

@@ -125,17 +125,24 @@ def test_single_panel_of_b_matches_wide_products(rng, vector_bytes, a_layout, k)
 
 # --- batched dots compiled to the kernel ------------------------------------------------------
 
-def _compile(text, monkeypatch, min_work=0):
-    """The executable, and the depth k of each own-GEMM call site emitted (none: BLAS)."""
+def _compile(text, monkeypatch, min_work=0, tasks=None):
+    """The executable, and the depth k of each GEMM call site emitted; `tasks`, a list,
+    gets each dot's task count (1: on the calling thread)."""
     monkeypatch.setattr(codegen, "OWN_GEMM_MIN_WORK", min_work)
     calls = []
-    emit = dot_tasks.emit_own_gemm
+    emit, emit_tasks = dot_tasks.emit_own_gemm, codegen.emit_dot_tasks
 
     def counting(*args, **kwargs):
         calls.append(args[7])
         return emit(*args, **kwargs)
 
+    def counting_tasks(*args, **kwargs):
+        if tasks is not None:
+            tasks.append(args[11])
+        return emit_tasks(*args, **kwargs)
+
     monkeypatch.setattr(dot_tasks, "emit_own_gemm", counting)
+    monkeypatch.setattr(codegen, "emit_dot_tasks", counting_tasks)
     # code generation must run (a module compiled before under other constants would load
     # from the executable cache)
     monkeypatch.setenv("PYXLA_CACHE_DIR", "")
@@ -191,29 +198,32 @@ def test_epilogue_per_product(rng, monkeypatch, pool):  # noqa: F811
     np.testing.assert_allclose(executable(a, b, c), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("own", [True, False])
-def test_epilogue_reading_other_products(rng, monkeypatch, pool, own):  # noqa: F811
+@pytest.mark.parametrize("pooled", [True, False])
+def test_epilogue_reading_other_products(rng, monkeypatch, pool, pooled):  # noqa: F811
     """An epilogue that reads the product at other places (reversed order) must see the
     product, not results already written in its place: it runs after every product, over a
-    copy of the product in kernel scratch (with pyxla's GEMM and with BLAS)."""
+    copy of the product in kernel scratch (the GEMM on the pool and on the calling thread)."""
     epilogue = """  r = f32[8,10,7] reverse(d), dimensions={0,2}
   ROOT s = f32[8,10,7] multiply(d, r)
 """
     text = _dot_module("f32", (8, 10, 15), (8, 15, 7), (8, 10, 7), 2, 1, 1, epilogue)
-    executable, calls = _compile(text, monkeypatch, 0 if own else 10 ** 9)
-    assert calls == ([15] if own else [])
+    tasks: list[int] = []
+    executable, calls = _compile(text, monkeypatch, 0 if pooled else 10 ** 9, tasks)
+    assert calls == [15] and (tasks[0] > 1) == pooled
     a = rng.standard_normal((8, 10, 15)).astype(np.float32)
     b = rng.standard_normal((8, 15, 7)).astype(np.float32)
     d = a.astype(np.float64) @ b
     np.testing.assert_allclose(executable(a, b), d * d[::-1, :, ::-1], rtol=1e-5, atol=1e-5)
 
 
-def test_small_dots_call_blas(monkeypatch, pool):  # noqa: F811
-    """Dots below OWN_GEMM_MIN_WORK multiply-adds are not worth the pool: BLAS."""
-    _, calls = _compile(_dot_module("f32", (8, 10, 11), (8, 11, 10), (8, 10, 10), 2, 1, 1), monkeypatch, 8 * 1101)
-    assert calls == []
-    _, calls = _compile(_dot_module("f32", (8, 10, 11), (8, 11, 10), (8, 10, 10), 2, 1, 1), monkeypatch, 8 * 1100)
-    assert calls == [11]
+def test_small_dots_run_on_the_calling_thread(monkeypatch, pool):  # noqa: F811
+    """Dots below OWN_GEMM_MIN_WORK multiply-adds are not worth the pool: pyxla's GEMM in
+    one task, on the calling thread (never BLAS, whose threads ignore PYXLA_NUM_THREADS)."""
+    for min_work, pooled in ((8 * 1101, False), (8 * 1100, True)):
+        tasks: list[int] = []
+        _, calls = _compile(_dot_module("f32", (8, 10, 11), (8, 11, 10), (8, 10, 10), 2, 1, 1), monkeypatch,
+                            min_work, tasks)
+        assert calls == [11] and len(tasks) == 1 and (tasks[0] > 1) == pooled
 
 
 @pytest.mark.parametrize("batch,m,n,tasks", [(1, 256, 4096, 8), (1, 256, 1024, 8), (1, 2048, 512, 8), (3, 50, 70, 8),

@@ -1,7 +1,7 @@
 """reduce-window, select-and-scatter and convolution on the CPU backend against the evaluator:
 padding (negative too), strides, base and window dilation, variadic and mixed-precision
 reducers; convolutions in 1-D/2-D/3-D, NHWC and NCHW, feature and batch groups, window
-reversal, the BLAS path (f32/f64, chunked patch matrices) and the loop path (integers, bf16,
+reversal, the f32/f64 paths (chunked patch matrices) and the loop path (integers, bf16,
 depthwise, a fused epilogue)."""
 import numpy as np
 import pytest
@@ -474,7 +474,7 @@ ENTRY main {
 
 
 def test_convolution_with_fused_epilogue(rng, monkeypatch):
-    """The bias and relu fuse into the convolution's kernel, which still calls BLAS."""
+    """The bias and relu fuse into the convolution's kernel: one kOutput fusion."""
     calls = []
     kernel = OUTPUT_FUSION_KERNELS["convolution"]
     monkeypatch.setitem(OUTPUT_FUSION_KERNELS, "convolution", lambda ke: calls.append(ke.instr) or kernel(ke))

@@ -110,7 +110,7 @@ def test_a_tuned_route_gets_its_own_kernel_form():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
-@pytest.mark.skipif(thread_count() < 2, reason="pyxla's GEMM runs on the pool; one thread calls BLAS")
+@pytest.mark.skipif(thread_count() < 2, reason="the tuned blocks per thread need the pool")
 def test_tuned_gemm_blocking_is_bit_identical_and_loads_from_the_cache():
     exe = compile_text(DOT)
     (key,) = kernel_keys(exe.module)
