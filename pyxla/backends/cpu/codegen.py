@@ -95,7 +95,7 @@ from .control_flow import (
 )
 from .dot.gemv import emit_gemv
 from .dot.plan import plan_gemm
-from .dot.tasks import emit_dot_tasks
+from .dot.tasks import emit_dot_tasks, packed_weights
 from .ops.attention import emit_attention
 from .ops.column_reduce import column_reductions, emit_column_reduction
 from .ops.concat_rows import concatenate_of, emit_concatenated_rows
@@ -791,7 +791,7 @@ class KernelEmitter:
                 shape.rank == nb + 2 else None
             emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, shape.dims[:nb], m, n, k, a_t, b_t,
                            pool.threads * GEMM_TASKS_PER_THREAD if pooled else 1, epilogue if per_product else None,
-                           m_bound=m_bound)
+                           m_bound=m_bound, packed_b=packed_weights(self, rhs))
         if root is not dot and not per_product:
             self.emit_loop(root)
         return True

@@ -143,20 +143,22 @@ class GemmIr:
     micro_unroll = 4
 
 
-    def __init__(self, dtype_name: str, triple: str, t: Tiling | None = None):
+    def __init__(self, dtype_name: str, triple: str, t: Tiling | None = None, prepacked_b: bool = False):
         self.name = dtype_name
         self.t = t or tiling(dtype_name)
+        self.prepacked_b = prepacked_b
         self.sweep_panels = sweep_panels(self.t)
         self.scalar = F32 if dtype_name == "f32" else F64
         self.vector = ir.VectorType(self.scalar, self.t.lanes)
-        self.m = ir.Module(name=_symbol(dtype_name, self.t))
+        self.m = ir.Module(name=_symbol(dtype_name, self.t, prepacked_b))
         self.m.triple = triple
         self.fma = fma_intrinsic(self.m, self.vector)
         self.micro = self._emit_micro()
         self.micro_rows = self._emit_micro(rows_of_a=True)
         self.pack_a = self._emit_pack("pack_a", self.t.mr)
-        self.pack_b = self._emit_pack("pack_b", self.t.nr)
-        self.sweep_b = self._emit_sweep("sweep_b", self.t.nr, self.pack_b)
+        if not prepacked_b:
+            self.pack_b = self._emit_pack("pack_b", self.t.nr)
+            self.sweep_b = self._emit_sweep("sweep_b", self.t.nr, self.pack_b)
         self.entry = self._emit_product()
 
     # helpers
@@ -391,7 +393,11 @@ class GemmIr:
     # a product
     def _emit_product(self) -> ir.Function:
         """pyxla_gemm_<t>_<bits> (GEMM_TYPE): C[m, n] (rows ldc apart) = A[m, k] B[k, n], element
-        (i, p) of A at a[i * a_rs + p * a_cs], element (p, j) of B at b[p * b_rs + j * b_cs]."""
+        (i, p) of A at a[i * a_rs + p * a_cs], element (p, j) of B at b[p * b_rs + j * b_cs].
+        The prepacked variant (..._prepacked) reads B already in its panels (dot/plan.py
+        GemmPanels, made with this blocking): b is the product's panels, b_rs its columns
+        rounded up to whole panels, b_cs the column (a whole number of panels) where this
+        product's C starts."""
         fn, b = self._function(self.m.name, list(GEMM_TYPE.args), internal=False)
         m, n, k, a, a_rs, a_cs, bm, b_rs, b_cs, c, ldc, workspace = fn.args
         t = self.t
@@ -420,6 +426,8 @@ class GemmIr:
         def columns(jc, nc):
             def slice_k(pc, kc):
                 accumulate = b.icmp_signed(">", pc, i64(0))
+                if self.prepacked_b:
+                    return prepacked_slice(jc, nc, pc, kc, accumulate)
                 b_slice = self._at(b, bm, b.add(b.mul(pc, b_rs), b.mul(jc, b_cs)))
 
                 # a single panel of B: packed first, and A's rows read where they lie (each value
@@ -448,6 +456,22 @@ class GemmIr:
                 self._steps(b, m, t.mc, rows)
 
             self._steps(b, k, t.kc, slice_k)
+
+        def prepacked_slice(jc, nc, pc, kc, accumulate):
+            # B's panels as GemmPanels lays them out: the slice at depth pc starts pc * b_rs
+            # elements in (b_rs: the product's columns rounded up to whole panels), and the
+            # column b_cs + jc (a whole number of panels) at that times kc in the slice
+            bpanels = self._at(b, bm, b.add(b.mul(pc, b_rs), b.mul(b.add(b_cs, jc), kc)))
+            narrow = b.icmp_signed("<=", nc, i64(t.nr))
+
+            def rows(ic, mc):
+                a_at = self._at(b, a, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs)))
+                with b.if_then(b.not_(narrow)):
+                    b.call(self.pack_a, [mc, kc, a_at, a_rs, a_cs, ap])
+                self.tiles(b, kc, ic, mc, jc, nc, c, ap, bpanels, edge, ldc, accumulate, None,
+                           (a_at, a_rs, a_cs, narrow))
+
+            self._steps(b, m, t.mc, rows)
 
         self._steps(b, n, t.nc, columns)
         b.ret_void()
@@ -528,36 +552,36 @@ class GemmIr:
         copy(False)
 
 
-def gemm_address(dtype_name: str, params: GemmParams | None = None) -> int:
+def gemm_address(dtype_name: str, params: GemmParams | None = None, prepacked_b: bool = False) -> int:
     """The address of the kernel for the host's vector width (llvm_jit.LlvmJit.vector_bytes;
-    a test may narrow it) and the blocking `params` choose, compiled on first use, once per
-    process, width and blocking."""
-    return _kernel_address(dtype_name, host_jit().vector_bytes, tiling(dtype_name, params))
+    a test may narrow it) and the blocking `params` choose (prepacked_b: the variant reading
+    B in its panels), compiled on first use, once per process, width and blocking."""
+    return _kernel_address(dtype_name, host_jit().vector_bytes, tiling(dtype_name, params), prepacked_b)
 
 
 @cache
-def _kernel_address(dtype_name: str, vector_bytes: int, t: Tiling) -> int:
+def _kernel_address(dtype_name: str, vector_bytes: int, t: Tiling, prepacked_b: bool) -> int:
     jit = host_jit()
-    module = GemmIr(dtype_name, jit.target_machine.triple, t)
+    module = GemmIr(dtype_name, jit.target_machine.triple, t, prepacked_b)
     name = module.entry.name
     return jit.compile_helper(name, str(module.m), (name,))[name]
 
 
-def _symbol(dtype_name: str, t: Tiling) -> str:
+def _symbol(dtype_name: str, t: Tiling, prepacked_b: bool = False) -> str:
     """The default blocking's kernel keeps its plain name; another names its blocking."""
     name = f"pyxla_gemm_{dtype_name}_{8 * t.vector_bytes}"
     d = tiling(dtype_name)
     if (t.mr, t.kc, t.mc, t.nc) != (d.mr, d.kc, d.mc, d.nc):
         name += f"_mr{t.mr}_kc{t.kc}_mc{t.mc}_nc{t.nc}"
-    return name
+    return name + "_prepacked" if prepacked_b else name
 
 
-_BLOCKED = re.compile(r"pyxla_gemm_(f32|f64)_(\d+)(?:_mr(\d+)_kc(\d+)_mc(\d+)_nc(\d+))?$")
+_BLOCKED = re.compile(r"pyxla_gemm_(f32|f64)_(\d+)(?:_mr(\d+)_kc(\d+)_mc(\d+)_nc(\d+))?(_prepacked)?$")
 
 
-def kernel_symbol(dtype_name: str, params: GemmParams | None = None) -> str:
+def kernel_symbol(dtype_name: str, params: GemmParams | None = None, prepacked_b: bool = False) -> str:
     """The kernel's function name for the host's vector width and the blocking `params` choose."""
-    return _symbol(dtype_name, tiling(dtype_name, params))
+    return _symbol(dtype_name, tiling(dtype_name, params), prepacked_b)
 
 
 def address_of_symbol(symbol: str) -> int | None:
@@ -567,28 +591,30 @@ def address_of_symbol(symbol: str) -> int | None:
     if match is None or int(match.group(2)) != 8 * host_jit().vector_bytes:
         return None
     dt = match.group(1)
-    blocking = match.groups()[2:]
+    blocking = match.groups()[2:6]
     params = GemmParams(*map(int, blocking)) if blocking[0] is not None else None
-    return gemm_address(dt, params)
+    return gemm_address(dt, params, match.group(7) is not None)
 
 
-def kernel_ir(dtype_name: str, params: GemmParams | None = None) -> str:
+def kernel_ir(dtype_name: str, params: GemmParams | None = None, prepacked_b: bool = False) -> str:
     """The kernel's module for the host's vector width (an object file links it in)."""
-    return str(GemmIr(dtype_name, host_jit().target_machine.triple, tiling(dtype_name, params)).m)
+    return str(GemmIr(dtype_name, host_jit().target_machine.triple, tiling(dtype_name, params), prepacked_b).m)
 
 
 def emit_own_gemm(b: ir.IRBuilder, dtype_name: str, c_ptr, a_ptr, b_ptr, m, n, k: int, strides: tuple, ldc: int,
-                  workspace, params: GemmParams | None = None) -> None:
+                  workspace, params: GemmParams | None = None, prepacked_b: bool = False) -> None:
     """C[m,n] (rows ldc apart) = A[m,k] @ B[k,n] on the calling thread; m and n are ints or
     i64 values, strides is (a_rs, a_cs, b_rs, b_cs) in elements, `workspace` holds
     workspace_bytes(dtype_name, m, n, k, params) bytes (of the largest m and n), 64-byte
-    aligned; `params` chooses the blocking (tuning/params.py)."""
+    aligned; `params` chooses the blocking (tuning/params.py). prepacked_b: b_ptr is B in
+    its panels (the prepacked kernel's b, b_rs, b_cs: see GemmIr._emit_product)."""
     a_rs, a_cs, b_rs, b_cs = strides
 
     def value(x):
         return i64(x) if isinstance(x, int) else x
 
-    fn = native_function(b, GEMM_TYPE, kernel_symbol(dtype_name, params), lambda: gemm_address(dtype_name, params),
-                         lambda: kernel_ir(dtype_name, params))
-    b.call(fn, [value(m), value(n), i64(k), a_ptr, i64(a_rs), i64(a_cs), b_ptr, i64(b_rs),
-                i64(b_cs), c_ptr, i64(ldc), workspace])
+    fn = native_function(b, GEMM_TYPE, kernel_symbol(dtype_name, params, prepacked_b),
+                         lambda: gemm_address(dtype_name, params, prepacked_b),
+                         lambda: kernel_ir(dtype_name, params, prepacked_b))
+    b.call(fn, [value(m), value(n), i64(k), a_ptr, i64(a_rs), i64(a_cs), b_ptr, value(b_rs),
+                value(b_cs), c_ptr, i64(ldc), workspace])

@@ -5,9 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+import numpy as np
+
 from ....hlo.instruction import HloInstruction
 from ....hlo.shape import ArrayShape
+from ....runtime.memory import aligned_empty
 from ...llvm.ir_types import etype
+from ..tuning.params import GemmParams
+from ..tuning.selection import gemm_params
+from .gemm import tiling
 
 
 @dataclass(frozen=True)
@@ -62,3 +68,58 @@ def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | Non
     if prod(batch_dims) == 0 or m == 0 or n == 0 or k == 0 or result.dtype != t:
         return None
     return GemmPlan(dot, t.name, batch_dims, m, n, k, a_transposed, b_transposed)
+
+
+# --- a constant B in the GEMM's panels ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GemmPanels:
+    """How pyxla's GEMM wants a dot's B when it is a constant parameter (an ONNX model's
+    weights, runtime/parameter_forms.py): packed once into the panels the kernel would pack it
+    into on every call, so that the prepacked kernel (dot/gemm.py) reads them as they lie.
+    For each product of the batch, for each slice of `kc` depths (the last one shorter), the
+    columns in panels of `nr` (the last one zero-padded), each panel depth-major:
+    [product][slice][panel][depth in the slice][column of the panel]. The dot's B is then
+    one run of batch x k x padded_n elements. `params` is the whole blocking the dot is
+    compiled with (its kc the panels' depth): the kernel reading the panels takes it from
+    here, so the panels and the kernel cannot disagree."""
+    dtype: str
+    batch: int
+    k: int
+    n: int
+    transposed: bool     # B comes as [n, k] (row-major), else [k, n]
+    nr: int
+    params: GemmParams   # mr, kc, mc and nc resolved
+
+    @property
+    def padded_n(self) -> int:
+        return -(-self.n // self.nr) * self.nr
+
+    def pack(self, array: np.ndarray) -> np.ndarray:
+        """The panels of `array` (the parameter's value, its logical shape row-major)."""
+        batch, k, n, nr, kc = self.batch, self.k, self.n, self.nr, self.params.kc
+        b = np.ascontiguousarray(array).reshape(batch, n, k).swapaxes(1, 2) if self.transposed \
+            else np.asarray(array).reshape(batch, k, n)
+        padded = np.zeros((batch, k, self.padded_n), b.dtype)
+        padded[:, :, :n] = b
+        out = aligned_empty(batch * k * self.padded_n, b.dtype)
+        view = out.reshape(batch, k * self.padded_n)
+        for pc in range(0, k, kc):
+            depth = min(kc, k - pc)
+            panels = padded[:, pc:pc + depth].reshape(batch, depth, self.padded_n // nr, nr).transpose(0, 2, 1, 3)
+            view[:, pc * self.padded_n:(pc + depth) * self.padded_n] = panels.reshape(batch, -1)
+        return out
+
+
+def gemm_panels(plan: GemmPlan) -> GemmPanels | None:
+    """The panels the GEMM of `plan` would read its B from when B is a constant parameter; None
+    when the dot does not take pyxla's GEMM (m or n of 1: the matrix-vector kernels) or the
+    blocking's column blocks are not whole panels."""
+    if plan.m == 1 or plan.n == 1:
+        return None
+    tuned = gemm_params(plan.dtype, plan.batch, plan.m, plan.n, plan.k, plan.a_transposed, plan.b_transposed)
+    t = tiling(plan.dtype, tuned)
+    if t.nc % t.nr:
+        return None
+    params = GemmParams(t.mr, t.kc, t.mc, t.nc, tuned.blocks_per_thread)
+    return GemmPanels(plan.dtype, plan.batch, plan.k, plan.n, plan.b_transposed, t.nr, params)

@@ -29,6 +29,7 @@ from ..runtime.parallel import worker_pool
 from ..tuning.params import GemmParams
 from ..tuning.selection import gemm_params
 from .gemm import emit_own_gemm, tiling, workspace_bytes
+from .plan import GemmPanels
 
 
 @dataclass(frozen=True)
@@ -75,20 +76,32 @@ def operand_strides(m: int, n: int, k: int, a_transposed: bool, b_transposed: bo
 
 
 def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: tuple, m: int, n: int, k: int,
-                   a_transposed: bool, b_transposed: bool, tasks: int, epilogue=None, m_bound=None) -> None:
+                   a_transposed: bool, b_transposed: bool, tasks: int, epilogue=None, m_bound=None,
+                   packed_b: GemmPanels | None = None) -> None:
     """The products C[p] = A[p] B[p] (p over batch_dims, each [m, n] row-major in out_ptr) on
     the pool in at most `tasks` tasks. epilogue(batch_index, i, j), when given, is emitted
     for each element of a block after the block is computed (the result must then have
     dimensions batch_dims + (m, n)). A tuning database may choose the blocking and the
     blocks per thread (tuning/params.py GemmParams). `m_bound` (an i64 value at most m), when
     given, is the number of rows of each product needed: blocks past it do nothing (the
-    padding rows of a dynamically sized dot, passes/dynamic_padder/bounded_rows.py)."""
+    padding rows of a dynamically sized dot, passes/dynamic_padder/bounded_rows.py).
+    `packed_b`, when given, is the form B comes in (a constant parameter packed once,
+    plan.GemmPanels): the blocks read its panels at their first column, packing no B, with
+    the blocking the panels were made for. A block's columns are whole panels (plan_blocks
+    cuts at whole register tiles, the kernel's column blocks are whole panels), so its panels
+    lie one after another in each slice."""
     b: ir.IRBuilder = kernel.b
     batch = 1
     for d in batch_dims:
         batch *= d
     size = 8 if dtype_name == "f64" else 4
     params = gemm_params(dtype_name, batch, m, n, k, a_transposed, b_transposed)
+    if packed_b is not None:
+        params = packed_b.params
+        if (packed_b.dtype, packed_b.batch, packed_b.k, packed_b.n, packed_b.transposed) != \
+                (dtype_name, batch, k, n, b_transposed) or tiling(dtype_name, params).nr != packed_b.nr:
+            raise ValueError(f"B's panels {packed_b} do not fit the {dtype_name} dot of {batch} x "
+                             f"{m}x{n}x{k} (B transposed: {b_transposed}) on this host")
     pool = worker_pool() if params.blocks_per_thread and tasks > 1 else None
     if pool is not None:   # (in place of the caller's tasks per thread)
         tasks = pool.threads * params.blocks_per_thread
@@ -116,9 +129,14 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
 
     def product(p, i0, j0, rows, columns, ws):
         a = offset(a_ptr, b.add(b.mul(p, i64(m * k)), b.mul(i0, i64(a_rs))))
-        bm = offset(b_ptr, b.add(b.mul(p, i64(k * n)), b.mul(j0, i64(b_cs))))
         c = offset(out_ptr, b.add(b.mul(p, i64(m * n)), b.add(b.mul(i0, i64(n)), j0)))
-        emit_own_gemm(b, dtype_name, c, a, bm, rows, columns, k, (a_rs, a_cs, b_rs, b_cs), n, ws, params)
+        if packed_b is not None:   # the product's panels, the block's first column
+            bm = offset(b_ptr, b.mul(p, i64(k * packed_b.padded_n)))
+            emit_own_gemm(b, dtype_name, c, a, bm, rows, columns, k, (a_rs, a_cs, packed_b.padded_n, j0), n, ws,
+                          params, prepacked_b=True)
+        else:
+            bm = offset(b_ptr, b.add(b.mul(p, i64(k * n)), b.mul(j0, i64(b_cs))))
+            emit_own_gemm(b, dtype_name, c, a, bm, rows, columns, k, (a_rs, a_cs, b_rs, b_cs), n, ws, params)
         if epilogue is not None:
             prefix = delinearize(b, p, batch_dims, default_layout(len(batch_dims)))
             counted_loop(b, i0, b.add(i0, rows), lambda i: counted_loop(
@@ -127,3 +145,16 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
     kernel.parallel_chunks([total], 1, n_tasks, lambda task, begin, end: counted_loop(
         b, begin, end, lambda f: block(f, b.gep(workspace, [b.mul(task, i64(ws_bytes))], source_etype=I8))))
 
+
+
+def packed_weights(kernel, operand) -> GemmPanels | None:
+    """The form of the dot operand `operand` (of kernel emitter `kernel`'s instruction, or a
+    parameter of its fusion) when it is an entry parameter given in GEMM panels
+    (runtime/parameter_forms.py), else None."""
+    if operand.opcode == "parameter" and kernel.fused is not None:
+        operand = kernel.instr.operands[operand.parameter_number]
+    entry = kernel.codegen.hlo.entry
+    if operand.opcode != "parameter" or entry.parameters[operand.parameter_number] is not operand:
+        return None
+    form = kernel.codegen.parameter_forms.get(operand.parameter_number)
+    return form if isinstance(form, GemmPanels) else None
