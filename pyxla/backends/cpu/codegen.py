@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import gc
 import re
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -67,7 +66,7 @@ from ...hlo.module import HloModule
 from ...hlo.ops.registry import EXPENSIVE_OPS, op_def
 from ...hlo.shape import ArrayShape, TupleShape, default_layout
 from ...hlo.types import integer_limits
-from ..llvm.elemental import RULES, ElementalEmitter, Unsupported, emit_reduction_loop
+from ..llvm.elemental import RULES, ElementalEmitter, Unsupported, emit_reduction_loop, register_rules
 from ..llvm.indices import delinearize, linear_index, load_element, store_element
 from ..llvm.ir_types import (
     I8,
@@ -100,6 +99,7 @@ from .ops.attention import emit_attention
 from .ops.column_reduce import column_reductions, emit_column_reduction
 from .ops.concat_rows import concatenate_of, emit_concatenated_rows
 from .runtime import kernel_profile
+from .runtime.executable import OutputSlot
 from .runtime.parallel import emit_parallel_tasks, worker_pool
 
 # Kernels for ops that are not elementwise loops (sort, scatter, ...): opcode ->
@@ -134,15 +134,13 @@ GEMM_TASKS_PER_THREAD = 2
 GEMV_PARALLEL_MIN_WORK = 1 << 18
 
 
-@dataclass
-class OutputSlot:
-    """Where ROOT leaf i comes from: a native output buffer (with a byte offset inside a
-    tuple-valued buffer), or a parameter / constant that passes through."""
-    kind: str                 # "buffer", "parameter" or "constant"
-    index: int                # output buffer number, or parameter number
-    offset: int
-    shape: ArrayShape
-    literal: np.ndarray | None = None
+def register_kernels() -> None:
+    """Import the modules that register kernels in KERNELS and OUTPUT_FUSION_KERNELS, and
+    the elemental emitter's rules (done once, when the first module is emitted: they import
+    this module, and a process that only loads cached code needs none of them)."""
+    from .conv import depthwise, planes, pointwise, tiles, weight_gradient, winograd  # noqa: F401
+    from .ops import indexing, rng, sorting, windows  # noqa: F401
+    register_rules()
 
 
 class ModuleCodegen:
@@ -152,6 +150,7 @@ class ModuleCodegen:
     entry_name = "entry"   # the native entry function's symbol; the backend makes it unique
 
     def __init__(self, module: HloModule, buffers: BufferAssignment, parameter_forms: dict | None = None):
+        register_kernels()
         self.hlo = module
         # entry parameter number -> the form its argument comes in, when not its layout's
         # (runtime/parameter_forms.py)

@@ -7,5 +7,6 @@ intermediates), inline transcendentals (fast_math*.py), bit-level ops (llvm/bits
 transposes (llvm/transpose_loops.py). A target adds its kernels, its runtime and its entry
 function around these; nothing here imports from a target's package.
 """
-# Importing these registers their elemental rules.
-from . import bits, convolution, indexing, windows  # noqa: F401
+# The modules that register elemental rules (bits, convolution, indexing, windows) are
+# imported by elemental.register_rules when the first emitter is made, not here: a process
+# that loads cached code imports ir_types and nothing that emits.

@@ -48,10 +48,16 @@ FLOAT_BINARY_CALLS = {
 COMPARE_FLOAT = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
+def register_rules() -> None:
+    """Import the modules that add their opcodes' rules to RULES (they import this one)."""
+    from . import bits, convolution, indexing, windows  # noqa: F401
+
+
 class ElementalEmitter:
     def __init__(self, builder: ir.IRBuilder, module: ir.Module,
                  read_parameter: Callable[[HloInstruction, tuple], ir.Value],
                  read_constant: Callable[[HloInstruction, tuple], ir.Value]):
+        register_rules()
         self.b = builder
         self.module = module
         self.read_parameter = read_parameter

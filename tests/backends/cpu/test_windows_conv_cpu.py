@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pyxla.backends import get_backend
-from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS
+from pyxla.backends.cpu.codegen import OUTPUT_FUSION_KERNELS, register_kernels
 from pyxla.backends.cpu.conv import tile_plan
 from pyxla.backends.cpu.conv import tiles as conv_tiles
 from pyxla.backends.cpu.ops import windows
@@ -476,6 +476,7 @@ ENTRY main {
 def test_convolution_with_fused_epilogue(rng, monkeypatch):
     """The bias and relu fuse into the convolution's kernel: one kOutput fusion."""
     calls = []
+    register_kernels()
     kernel = OUTPUT_FUSION_KERNELS["convolution"]
     monkeypatch.setitem(OUTPUT_FUSION_KERNELS, "convolution", lambda ke: calls.append(ke.instr) or kernel(ke))
     got = assert_cpu_matches_interpreter(CONV_EPILOGUE, rng, rtol=2e-5, atol=2e-5)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,9 +25,19 @@ from .call_shim import entry_caller
 
 if TYPE_CHECKING:
     from ....hlo.module import HloModule
-    from ..codegen import OutputSlot
 
 REUSED_OUTPUT_BYTES = 1 << 20      # outputs at least this big are reused once the caller drops them
+
+
+@dataclass
+class OutputSlot:
+    """Where ROOT leaf i comes from: a native output buffer (with a byte offset inside a
+    tuple-valued buffer), or a parameter / constant that passes through."""
+    kind: str                 # "buffer", "parameter" or "constant"
+    index: int                # output buffer number, or parameter number
+    offset: int
+    shape: ArrayShape
+    literal: np.ndarray | None = None
 
 
 def to_physical(arr: np.ndarray, shape: ArrayShape) -> np.ndarray:

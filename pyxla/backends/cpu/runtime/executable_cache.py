@@ -36,7 +36,6 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ....runtime import disk_cache
-from ..tuning import selection as tuning
 from .llvm_jit import LlvmJit, LoadedCode
 from .native_target import EMITTED_ADDRESSES
 from .parallel import PARALLEL_FOR, YIELD_CORES, thread_count, worker_pool
@@ -63,6 +62,7 @@ def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage
     """The native code of `codegen`'s module: from the cache when `use_cache` and an entry
     for this key exists, else emitted, compiled, kept there (when `use_cache`) and loaded.
     `module_text` is the optimised module's text and `options` what else decided the code."""
+    from ..tuning import selection as tuning  # (not needed to load cached code)
     tuned = tuning.parameters_for_compile(codegen.hlo, bool(codegen.parameter_forms))   # tuning/selection.py
     key = executable_key(jit, module_text, options + (tuned.fingerprint,)) if use_cache else None
     if key is not None:
@@ -237,8 +237,7 @@ def executable_from_description(description: dict):
     when the entry is missing or unusable. A ValueError, KeyError or TypeError when the
     description itself is malformed. Its constant parameters with a form must be passed
     as the FormedArgument they were packed into when it was compiled (PackedOnly)."""
-    from ..codegen import OutputSlot
-    from .executable import CpuExecutable, PackedOnly
+    from .executable import CpuExecutable, OutputSlot, PackedOnly
     from .llvm_jit import host_jit
     native = load_native(host_jit(), str(description["key"]), description["plan"])
     if native is None:
