@@ -680,7 +680,10 @@ class KernelEmitter:
             body(t, begin, end)
             self.e.pop_scope()
 
-        emit_parallel_tasks(b, worker_pool(), n_tasks, task)
+        pool = worker_pool()
+        if pool is None and n_tasks == 1:   # one thread: the one task inline (a GEMM's blocks)
+            return task(i64(0))
+        emit_parallel_tasks(b, pool, n_tasks, task)
 
     def loop_nest(self, extents, body, work: float, bound: tuple[int, ir.Value] | None = None) -> None:
         """for_range(extents, body), split across the pool's threads when `work` is large;

@@ -142,17 +142,10 @@ def symbolic(ir_text: str) -> tuple[str, list[str]] | None:
 
 
 def _other_helpers() -> dict[int, str]:
-    """Addresses of helpers that codegen calls without native_function: the pool's
-    yield_cores, SciPy's BLAS."""
-    from ..dot import blas
-    try:
-        found = {blas.gemm_address(dt): f"blas_{dt}_gemm" for dt in ("f32", "f64")}
-    except ImportError:
-        found = {}
+    """Addresses of helpers that codegen calls without native_function: the pool's entry
+    points."""
     pool = worker_pool()
-    if pool is not None:
-        found.update({pool.parallel_for: PARALLEL_FOR, pool.yield_cores: YIELD_CORES})
-    return found
+    return {} if pool is None else {pool.parallel_for: PARALLEL_FOR, pool.yield_cores: YIELD_CORES}
 
 
 _GEMV = re.compile(r"pyxla_gemv_(rows|dots)_(f32|f64)_(\d+)$")
@@ -161,13 +154,10 @@ _GEMV = re.compile(r"pyxla_gemv_(rows|dots)_(f32|f64)_(\d+)$")
 def resolve(symbol: str) -> int:
     """This process's address of the helper named `symbol` (loading it when needed); a
     ValueError for an unknown one."""
-    from ..dot import blas, gemm, gemv
+    from ..dot import gemm, gemv
     pool = worker_pool() if symbol in (PARALLEL_FOR, YIELD_CORES) else None
     if pool is not None:
         return pool.parallel_for if symbol == PARALLEL_FOR else pool.yield_cores
-    for dt in ("f32", "f64"):
-        if symbol == f"blas_{dt}_gemm":
-            return blas.gemm_address(dt)
     address = gemm.address_of_symbol(symbol)   # (any blocking a tuning database chose)
     if address is not None:
         return address

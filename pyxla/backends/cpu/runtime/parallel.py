@@ -36,9 +36,8 @@ Waiting. After a job a worker spins for a short while (`SPIN_CYCLES` of the time
 counter, some tens of microseconds) watching `generation`, so a kernel that follows soon
 finds it awake, then sleeps on `work_cv`. The spin is plain loads, without `pause`: under
 a hypervisor a pause loop makes the virtual CPU exit to the host, which costs far more
-than it saves. `yield_cores()` tells spinning workers to sleep at once: the generated code
-calls it before a BLAS call, so that BLAS's own threads get the cores (pyxla's workers are
-asleep while BLAS runs, never spinning against it).
+than it saves. `yield_cores()` tells spinning workers to sleep at once, for a caller about
+to hand the cores to threads of its own.
 
 Other libraries' threads. In a process that also uses NumPy, torch or onnxruntime, their
 idle workers busy-wait after each of their calls (OpenBLAS for about 0.1 s) and take cores
@@ -497,14 +496,6 @@ def emit_parallel_tasks(b: ir.IRBuilder, pool: WorkerPool, n_tasks: int, body: C
 def pool_ir() -> str:
     """The pool's module for this process's target (an object file links it in)."""
     return str(_PoolIr(llvm.get_process_triple()).m)
-
-
-def emit_yield_cores(b: ir.IRBuilder) -> None:
-    """Tell the pool's spinning workers to sleep now (before a call that runs threads of its
-    own, BLAS): nothing when kernels run on one thread."""
-    pool = worker_pool()
-    if pool is not None:
-        b.call(FunctionPointer(b.inttoptr(i64(pool.yield_cores), PTR), ir.FunctionType(VOID, [])), [])
 
 
 TASK_TYPE = ir.FunctionType(VOID, [PTR, I64])
