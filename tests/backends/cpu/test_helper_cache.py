@@ -1,6 +1,7 @@
 """Runtime helpers (worker pool, call shim) loaded from the on-disk cache
 (LlvmJit.compile_helper): compiled and stored on a miss, loaded without LLVM on a hit,
-rebuilt with a CacheWarning when the entry is damaged, and keyed by their IR; a fresh
+rebuilt with a CacheWarning when the entry is damaged, and keyed by their IR (or by a
+recipe and pyxla's source, the IR then built only on a miss); a fresh
 process using cached helpers computes what NumPy does."""
 import ctypes
 import os
@@ -79,6 +80,29 @@ def test_key_follows_the_ir(cache_dir, rng):
     address = load(other, name)[name]
     assert call(address, x) == x * x + constant + 1
     assert len(entries(cache_dir)) == 2
+
+
+def test_a_recipe_keys_the_helper_and_its_ir_is_built_only_on_a_miss(cache_dir, rng, monkeypatch):
+    name, text, constant = helper(rng)
+    built = []
+
+    def build():
+        built.append(name)
+        return text
+
+    jit = LlvmJit()
+    JITS.append(jit)
+    x = int(rng.integers(-1000, 1000))
+    first = jit.compile_helper("test-helper", build, (name,), recipe=("square plus", constant))
+    assert call(first[name], x) == x * x + constant and built == [name]
+    second = jit.compile_helper("test-helper", build, (name,), recipe=("square plus", constant))
+    assert call(second[name], x) == x * x + constant and built == [name]   # from the cache: no IR built
+    jit.compile_helper("test-helper", build, (name,), recipe=("square plus", constant, "another"))
+    assert built == [name, name] and len(entries(cache_dir)) == 2
+    # pyxla's source is part of a recipe's key: changed code builds the helper again
+    monkeypatch.setattr(llvm_jit, "source_fingerprint", lambda: "other source")
+    jit.compile_helper("test-helper", build, (name,), recipe=("square plus", constant))
+    assert built == [name, name, name] and len(entries(cache_dir)) == 3
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])

@@ -562,9 +562,10 @@ def gemm_address(dtype_name: str, params: GemmParams | None = None, prepacked_b:
 @cache
 def _kernel_address(dtype_name: str, vector_bytes: int, t: Tiling, prepacked_b: bool) -> int:
     jit = host_jit()
-    module = GemmIr(dtype_name, jit.target_machine.triple, t, prepacked_b)
-    name = module.entry.name
-    return jit.compile_helper(name, str(module.m), (name,))[name]
+    triple = jit.target_machine.triple
+    name = _symbol(dtype_name, t, prepacked_b)
+    return jit.compile_helper(name, lambda: str(GemmIr(dtype_name, triple, t, prepacked_b).m), (name,),
+                              recipe=(dtype_name, triple, t, prepacked_b))[name]
 
 
 def _symbol(dtype_name: str, t: Tiling, prepacked_b: bool = False) -> str:

@@ -23,20 +23,18 @@ symbols; the output plan and parameter forms are recomputed from the module on l
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
 
 from ....runtime import disk_cache
-from .llvm_jit import LlvmJit, LoadedCode
+from .llvm_jit import LlvmJit, LoadedCode, source_fingerprint
 from .native_target import EMITTED_ADDRESSES
 from .parallel import PARALLEL_FOR, YIELD_CORES, thread_count, worker_pool
 
@@ -181,22 +179,6 @@ def executable_key(jit: LlvmJit, module_text: str, options: tuple) -> str | None
         os.environ.get("PYXLA_WINOGRAD", ""), llvm.get_process_triple(), jit.cpu, jit.features,
         llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)),
         str(getattr(sys.modules.get("pyxla"), "__version__", "")), source_fingerprint())
-
-
-_fingerprint: list[str] = []
-
-
-def source_fingerprint() -> str:
-    """A hash of pyxla's Python source, so that code changed without a new version number
-    (a checkout, an edit) misses rather than loads what older code compiled."""
-    if not _fingerprint:
-        root = Path(__file__).resolve().parents[3]
-        h = hashlib.sha256()
-        for path in sorted(root.rglob("*.py")):
-            h.update(str(path.relative_to(root)).encode() + b"\0")
-            h.update(path.read_bytes())
-        _fingerprint.append(h.hexdigest())
-    return _fingerprint[0]
 
 
 # --- an executable without its module (the ONNX load index) --------------------------------------

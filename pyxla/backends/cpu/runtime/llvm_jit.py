@@ -13,12 +13,15 @@ the same for every program, so their machine code is kept in the on-disk cache
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import struct
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -183,14 +186,20 @@ class LlvmJit:
             raise RuntimeError(f"the object code lacks {', '.join(missing)}")
         return LoadedCode(engine, addresses)
 
-    def compile_helper(self, name: str, ir_text: str, functions: tuple[str, ...]) -> dict[str, int]:
+    def compile_helper(self, name: str, ir_text: str | Callable[[], str], functions: tuple[str, ...],
+                       recipe: tuple | None = None) -> dict[str, int]:
         """Load a runtime helper module and give the addresses of `functions`. Its object code
         comes from the on-disk cache when this host compiled the same IR with the same LLVM
         before; otherwise it is compiled here and kept there. The key holds the IR text and
         everything else that decides the machine code (LLVM and llvmlite versions, target
-        triple, CPU name and features, the host function attributes). A helper stays loaded
-        for the life of the process."""
-        key = disk_cache.make_key(OBJECT_FORMAT, ir_text, llvmlite.__version__,
+        triple, CPU name and features, the host function attributes). With `recipe` (what
+        decides the IR besides pyxla's source: the helper's parameters) the key holds the
+        recipe and source_fingerprint() instead of the text, and `ir_text`, then a function,
+        runs only when the cache has no entry: a process that finds the helper builds no IR
+        (the GEMM kernel's takes about 0.2 s). A helper stays loaded for the life of the
+        process."""
+        made = ("recipe", repr(recipe), source_fingerprint()) if recipe is not None else (str(ir_text),)
+        key = disk_cache.make_key(OBJECT_FORMAT, *made, llvmlite.__version__,
                                   ".".join(map(str, llvm.llvm_version_info)),
                                   llvm.get_process_triple(), self.cpu, self.features, self.function_attributes)
         obj = disk_cache.load(name, key)
@@ -201,11 +210,27 @@ class LlvmJit:
                 disk_cache.discard(name, key, f"unusable ({e})")
                 obj = None
         if obj is None:
-            obj = self.emit_object(ir_text)[0]
+            obj = self.emit_object(ir_text() if callable(ir_text) else ir_text)[0]
             disk_cache.store(name, key, obj)
             loaded = self.load_object(obj, functions)
         _helpers.append(loaded)
         return loaded.addresses
+
+
+_fingerprint: list[str] = []
+
+
+def source_fingerprint() -> str:
+    """A hash of pyxla's Python source, so that code changed without a new version number
+    (a checkout, an edit) misses rather than loads what older code compiled."""
+    if not _fingerprint:
+        root = Path(__file__).resolve().parents[3]
+        h = hashlib.sha256()
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0")
+            h.update(path.read_bytes())
+        _fingerprint.append(h.hexdigest())
+    return _fingerprint[0]
 
 
 _helpers: list[LoadedCode] = []    # the runtime's helpers, loaded for good
