@@ -11,7 +11,7 @@ from ...fusion.attention import enable_attention_fusion
 from ...hlo.module import HloModule
 from ...hlo.printer import print_module
 from ...hlo.verifier import verify_module
-from .codegen import ModuleCodegen
+from .codegen import ModuleCodegen, register_kernels
 from .hlo_lowering import lower_for_cpu
 from .runtime import kernel_profile
 from .runtime.executable import CpuExecutable
@@ -20,6 +20,9 @@ from .runtime.llvm_jit import host_jit
 from .runtime.parameter_forms import choose_parameter_forms
 
 _module_numbers = itertools.count()
+# Every kernel and route registered before anything is compiled: the parameter forms are
+# chosen (choose_parameter_forms) before the code is emitted, from the same routes.
+register_kernels()
 
 
 class CpuBackend:

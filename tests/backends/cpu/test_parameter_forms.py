@@ -3,6 +3,11 @@ get one, that a kernel in panel order gives the evaluator's answer whether the a
 prepared once or passed as it is, and that any other use keeps the layout's order."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -192,3 +197,34 @@ ENTRY e {
     want = flatten_result(evaluate_module(parse_module(text), inputs))[0]
     got = executable.run_unchecked([inputs[0], executable.prepare_argument(1, inputs[1])])[0]
     np.testing.assert_allclose(got, want, **_tolerance(want))
+
+
+def test_a_fresh_process_packs_a_constant_kernel_for_the_route_it_runs(tmp_path):
+    """The first compile of a process chooses a constant kernel's form before any code is
+    emitted: every route (Winograd's for a 3x3 convolution at 28x28) must be registered by
+    then, or the kernel is packed for one route and read by another (a wrong answer that
+    constant test weights would hide). Random weights, checked against NumPy in float64."""
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from pyxla.backends import get_backend
+        from pyxla.hlo import parse_module
+        text = sys.argv[1]
+        rng = np.random.default_rng(5)
+        x = rng.standard_normal((1, 28, 28, 32)).astype(np.float32)
+        w = rng.standard_normal((3, 3, 32, 32)).astype(np.float32)
+        exe = get_backend("cpu").compile(parse_module(text), constant_parameters=(1,))
+        form = type(exe.parameter_forms[1]).__name__
+        got = exe.run_unchecked([x, exe.prepare_argument(1, w)])[0].astype(np.float64)
+        xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+        want = sum(np.einsum("nhwc,co->nhwo", xp[:, i:i + 28, j:j + 28], w[i, j].astype(np.float64))
+                   for i in range(3) for j in range(3))
+        print(form, float(np.abs(got - want).max() / np.abs(want).max()))
+    """)
+    text = _conv("1,28,28,32", "3,3,32,32", "1,28,28,32", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f")
+    env = {**os.environ, "PYXLA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script, text], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    form, error = done.stdout.split()
+    assert form == "WinogradKernel"
+    assert float(error) < 1e-4

@@ -69,7 +69,7 @@ from ...llvm.ir_types import (
 )
 from ...llvm.loops import for_range, stepped_loop
 from ...llvm.windows import window_source
-from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS, kernel_root
+from ..codegen import KERNELS, OUTPUT_FUSION_KERNELS, kernel_root, register_kernels
 from ..runtime.parallel import emit_parallel_tasks, worker_pool
 from ..tuning.params import ConvParams
 from ..tuning.selection import conv_params
@@ -99,7 +99,10 @@ def routes(conv: HloInstruction) -> list[str]:
 
 def emitter_class(conv: HloInstruction):
     """The emitter class of `conv`: the route a tuning database chose for it when that route
-    fits (tuning/selection.py), else the first of EMITTERS that fits; None: none fits."""
+    fits (tuning/selection.py), else the first of EMITTERS that fits; None: none fits.
+    Every route is registered first: the route chosen here decides the form a constant
+    kernel is packed in (kernel_form), so it must be the route the code is emitted for."""
+    register_kernels()
     route = conv_params(conv).route
     fitting = [emitter for accepts, emitter in EMITTERS if accepts(conv)]
     chosen = [emitter for emitter in fitting if emitter.ROUTE == route]
