@@ -5,11 +5,12 @@ and verifies it, optimises and fuses it, compiles it to native code through LLVM
 random inputs on both the native `cpu` backend and the reference `interpreter`, checks both
 against NumPy in float64, and times them beside NumPy itself.
 
-The timing is the case of a program that uses both libraries: the same float32 inputs, both
-warmed up, then calls alternating NumPy, pyxla, NumPy, pyxla ..., each timed on its own, so
-every pyxla call runs right after a NumPy call, while OpenBLAS's threads still spin (they do
-for about a tenth of a second after each of NumPy's matrix products), and every NumPy call
-right after a pyxla call. The medians of those calls are compared.
+The timing: the same float32 inputs, both warmed up; NumPy's calls, then pyxla's, each side
+on its own (a pause between them lets OpenBLAS's threads stop spinning: they do for about a
+tenth of a second after each of NumPy's matrix products), and the medians compared. Then
+the case of a program that uses both libraries: calls alternating NumPy, pyxla, NumPy, ...,
+so that every pyxla call runs while OpenBLAS's threads still spin and take a core
+(docs/benchmarks.md's co-tenancy scenario measures it in full).
 """
 from __future__ import annotations
 
@@ -38,6 +39,16 @@ def median_seconds(fn, repeats: int = 50) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+def separate_medians(fns, repeats: int = 50, pause: float = 0.3) -> list[float]:
+    """Each function's median time over `repeats` calls, one function after another, with
+    `pause` seconds before each (another library's threads stop spinning meanwhile)."""
+    medians = []
+    for fn in fns:
+        time.sleep(pause)
+        medians.append(median_seconds(fn, repeats))
+    return medians
 
 
 def interleaved_medians(fns, repeats: int = 50, warmup: int = 3) -> list[float]:
@@ -91,13 +102,15 @@ def main() -> None:
         ok &= good
         print(f"{name:<12} max |pyxla - numpy float64| = {error:.1e}  {'OK' if good else 'MISMATCH'}")
 
-    print(f"\n== speed (median of 50 calls, NumPy's and pyxla's alternating; "
-          f"native compile took {compile_ms:.0f} ms) ==")
-    t_np, t_cpu = interleaved_medians([lambda: numpy_reference(*args), lambda: cpu(*args)])
+    print(f"\n== speed (median of 50 calls; native compile took {compile_ms:.0f} ms) ==")
+    t_np, t_cpu = separate_medians([lambda: numpy_reference(*args), lambda: cpu(*args)])
     t_int = median_seconds(lambda: interpreter(*args), repeats=5)
     print(f"pyxla cpu          {t_cpu * 1e6:9.1f} us")
     print(f"numpy (float32)    {t_np * 1e6:9.1f} us   ({t_np / t_cpu:.2f}x pyxla's time)")
     print(f"pyxla interpreter  {t_int * 1e6:9.1f} us   (the reference evaluator)")
+    t_np_mixed, t_cpu_mixed = interleaved_medians([lambda: numpy_reference(*args), lambda: cpu(*args)])
+    print(f"alternating with NumPy in one process: pyxla {t_cpu_mixed * 1e6:.1f} us, NumPy {t_np_mixed * 1e6:.1f} us "
+          "(OpenBLAS's threads spin after each NumPy call and take a core; OPENBLAS_THREAD_TIMEOUT=4 stops that)")
     if not ok:
         raise SystemExit(1)
 
