@@ -219,9 +219,11 @@ def gemv_address(dtype_name: str, transposed: bool) -> int:
 @cache
 def _kernel_addresses(dtype_name: str, vector_bytes: int) -> tuple[int, int]:
     jit = host_jit()
-    module = _GemvIr(dtype_name, vector_bytes, jit.target_machine.triple)
-    names = (module.rows.name, module.dots.name)
-    addresses = jit.compile_helper(module.m.name, str(module.m), names)
+    triple = jit.target_machine.triple
+    suffix = f"{dtype_name}_{8 * vector_bytes}"
+    names = (f"pyxla_gemv_rows_{suffix}", f"pyxla_gemv_dots_{suffix}")
+    addresses = jit.compile_helper(f"pyxla_gemv_{suffix}", lambda: str(_GemvIr(dtype_name, vector_bytes, triple).m),
+                                   names, recipe=(dtype_name, vector_bytes, triple))
     return addresses[names[0]], addresses[names[1]]
 
 

@@ -443,8 +443,9 @@ def worker_pool() -> WorkerPool | None:
     with _pool_lock:
         if _pool is None:
             names = (PARALLEL_FOR, YIELD_CORES, START, STOP, RESET)
-            text = str(_PoolIr(llvm.get_process_triple()).m)
-            addresses = host_jit().compile_helper("worker-pool", text, names)
+            triple = llvm.get_process_triple()
+            addresses = host_jit().compile_helper("worker-pool", lambda: str(_PoolIr(triple).m), names,
+                                                  recipe=(triple,))
             start = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(addresses[START])
             stop = ctypes.CFUNCTYPE(None)(addresses[STOP])
             reset = ctypes.CFUNCTYPE(None)(addresses[RESET])
