@@ -27,20 +27,21 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import ArgumentError
-from ..hlo.dims import DimExpr, Symbol, evaluate_dim
+from ..hlo.dims import DimExpr, Symbol, single_symbol
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
 from ..hlo.shape import ArrayShape, Shape, TupleShape, flatten_shape
-from .shape_poly import choose_buckets
+from .shape_poly import choose_buckets, run_padded
 
 
 @dataclass
 class _Bucket:
-    executable: object          # the backend's executable of the padded module
+    executable: Any             # the backend's executable of the padded module
     symbols: tuple[str, ...]    # the size parameters' order
     param_shapes: list[tuple[int, ...]]
     output_dims: list[tuple]    # each output's dimensions (ints and DimExprs)
@@ -86,7 +87,7 @@ def tie_equal_sizes(module: HloModule) -> HloModule:
     for comp in module.computations:
         for instr in comp.instructions:
             for group in _tied_positions(instr):
-                found = [find(s) for s in (_single_symbol(d) for d in group if isinstance(d, DimExpr)) if s]
+                found = [find(s) for s in map(single_symbol, group) if s]
                 distinct = list({s.name: s for s in found}.values())
                 if len(distinct) < 2:
                     continue
@@ -138,7 +139,7 @@ def _parameter_symbols(module: HloModule) -> tuple[list[tuple[int, int, Symbol]]
             continue
         for d, size in enumerate(p.shape.dims):
             if isinstance(size, DimExpr):
-                symbol = _single_symbol(size)
+                symbol = single_symbol(size)
                 if symbol is None:
                     raise NotImplementedError(f"{p.describe()}: dimension {d} is {size}; a parameter's dynamic "
                                               "dimension must be one size (`?` or `<=N`)")
@@ -161,15 +162,6 @@ def _parameter_symbols(module: HloModule) -> tuple[list[tuple[int, int, Symbol]]
                                 "sizes from the parameters' shapes only")
                         used[symbol.name] = symbol
     return bound, used
-
-
-def _single_symbol(size: DimExpr) -> Symbol | None:
-    if len(size.terms) != 1:
-        return None
-    ((monomial, coefficient),) = size.terms.items()
-    if coefficient != 1 or len(monomial) != 1 or monomial[0][1] != 1:
-        return None
-    return monomial[0][0]
 
 
 class DynamicExecutable:
@@ -249,20 +241,8 @@ class DynamicExecutable:
         arrays = [np.asarray(a) for a in arrays]
         values = self.sizes(arrays)
         bucket = self._bucket(values)
-        padded = [_in_bucket(a, shape) for a, shape in zip(arrays, bucket.param_shapes)]
-        padded += [np.asarray(values[name], np.int32) for name in bucket.symbols]
-        outs = bucket.executable.run_flat(padded)
-        return [np.asarray(o)[tuple(slice(0, evaluate_dim(d, values)) for d in dims)]
-                for o, dims in zip(outs, bucket.output_dims)]
-
-
-def _in_bucket(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """`a` at the start of a zero-filled array of the bucket's `shape` (itself if it fits)."""
-    if a.shape == tuple(shape):
-        return a
-    out = np.zeros(shape, a.dtype)
-    out[tuple(slice(0, n) for n in a.shape)] = a
-    return out
+        return run_padded(bucket.executable.run_flat, arrays, bucket.param_shapes, bucket.symbols,
+                          bucket.output_dims, values)
 
 
 def compile_dynamic(module: HloModule, backend="cpu") -> DynamicExecutable:

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError
 from ..hlo.dims import Dim, InconclusiveDimensionOperation
 from ..hlo.printer import print_module
 from .jit import Compiled, Jitted, Lowered
@@ -33,8 +32,8 @@ from .shape_poly import (
     PolySpecs,
     check_size_buckets,
     choose_buckets,
-    evaluate_dims,
     register_dimension_sources,
+    run_padded,
 )
 from .tracing import Trace, Tracer
 
@@ -203,33 +202,13 @@ class PolymorphicFunction:
         return self._run(entry, values, traced.lowered.out_tree, [a for a, _ in leaves])
 
     def _run(self, entry: BucketExecutable, values: dict[str, int], out_tree, leaves: Sequence[np.ndarray]) -> Any:
-        arrays = [_padded(a, shape) for a, shape in zip(leaves, entry.param_shapes)]
-        arrays += [np.asarray(values[name], np.int32) for name in entry.symbols]
         entry.calls += 1
-        outs = entry.compiled.executable.run_flat(arrays)
-        outs = [_sliced(o, evaluate_dims(dims, values)) for o, dims in zip(outs, entry.output_dims)]
+        outs = run_padded(entry.compiled.executable.run_flat, leaves, entry.param_shapes, entry.symbols,
+                          entry.output_dims, values)
         return outs[0] if out_tree.kind == "leaf" else tree_unflatten(out_tree, outs)
 
     def as_text(self, *args, **kwargs) -> str:
         return print_module(self.lower(*args, **kwargs).module)
-
-
-def _padded(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """`a` in a zero-filled buffer of `shape` (the bucket's), or itself when it fits exactly."""
-    if tuple(a.shape) == tuple(shape):
-        return np.ascontiguousarray(a)
-    if len(shape) != a.ndim or any(n > m for n, m in zip(a.shape, shape)):
-        raise ArgumentError(f"an argument of shape {a.shape} does not fit its bucket's shape {shape}")
-    buf = np.zeros(shape, a.dtype)
-    buf[tuple(slice(0, n) for n in a.shape)] = a
-    return buf
-
-
-def _sliced(out: Any, dims: tuple[int, ...]) -> Any:
-    arr = np.asarray(out)
-    if tuple(arr.shape) == dims:
-        return out
-    return arr[tuple(slice(0, n) for n in dims)]
 
 
 def _with_origin(message: str, tb) -> str:

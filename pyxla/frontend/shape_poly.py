@@ -357,3 +357,32 @@ def dimension_value(expr: DimExpr) -> Tracer:
 
 def evaluate_dims(dims: Sequence[Dim], values: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(evaluate_dim(d, values) for d in dims)
+
+
+def run_padded(run_flat, arrays: Sequence[np.ndarray], param_shapes: Sequence[tuple[int, ...]],
+               symbols: Sequence[str], output_dims: Sequence[Sequence[Dim]], values: Mapping[str, int]) -> list:
+    """Run a bucket's padded executable (`run_flat`) on `arrays`: each argument at the start
+    of a zero-filled array of its bucket shape, the sizes of `symbols` appended as s32
+    scalars, and each result sliced to its dimensions at `values`."""
+    padded = [_in_bucket(a, shape) for a, shape in zip(arrays, param_shapes)]
+    padded += [np.asarray(values[name], np.int32) for name in symbols]
+    outs = run_flat(padded)
+    return [_sliced(o, evaluate_dims(dims, values)) for o, dims in zip(outs, output_dims)]
+
+
+def _in_bucket(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`a` in a zero-filled buffer of `shape` (the bucket's), or itself when it fits exactly."""
+    if tuple(a.shape) == tuple(shape):
+        return np.ascontiguousarray(a)
+    if len(shape) != a.ndim or any(n > m for n, m in zip(a.shape, shape)):
+        raise ArgumentError(f"an argument of shape {a.shape} does not fit its bucket's shape {shape}")
+    buf = np.zeros(shape, a.dtype)
+    buf[tuple(slice(0, n) for n in a.shape)] = a
+    return buf
+
+
+def _sliced(out: Any, dims: tuple[int, ...]) -> Any:
+    arr = np.asarray(out)
+    if tuple(arr.shape) == dims:
+        return out
+    return arr[tuple(slice(0, n) for n in dims)]

@@ -320,6 +320,16 @@ def is_symbolic(value: object) -> bool:
     return isinstance(value, DimExpr)
 
 
+def single_symbol(value: object) -> Symbol | None:
+    """The symbol when `value` is exactly one symbol (`b`, not `2*b` or `b+1`), else None."""
+    if not isinstance(value, DimExpr) or len(value.terms) != 1:
+        return None
+    ((monomial, coefficient),) = value.terms.items()
+    if coefficient != 1 or len(monomial) != 1 or monomial[0][1] != 1:
+        return None
+    return monomial[0][0]
+
+
 def symbols_of(dims: Iterable[Dim]) -> frozenset[Symbol]:
     out: frozenset[Symbol] = frozenset()
     for d in dims:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ShapeError
-from .dims import DimExpr, InconclusiveDimensionOperation, is_anonymous
+from .dims import DimExpr, InconclusiveDimensionOperation, is_anonymous, single_symbol
 from .shape import ArrayShape, Shape, TupleShape, describe_shape
 
 if TYPE_CHECKING:
@@ -31,10 +31,8 @@ if TYPE_CHECKING:
 
 def _anonymous_dim(d: object) -> bool:
     """A dimension written in text as `?` or `<=N`: one anonymous symbol, nothing else."""
-    if not isinstance(d, DimExpr) or len(d.terms) != 1:
-        return False
-    ((monomial, coefficient),) = d.terms.items()
-    return coefficient == 1 and len(monomial) == 1 and monomial[0][1] == 1 and is_anonymous(monomial[0][0])
+    symbol = single_symbol(d)
+    return symbol is not None and is_anonymous(symbol)
 
 
 def has_text_dynamic(shape: Shape) -> bool:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import gc
 import re
+from functools import cache
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -134,6 +135,7 @@ GEMM_TASKS_PER_THREAD = 2
 GEMV_PARALLEL_MIN_WORK = 1 << 18
 
 
+@cache
 def register_kernels() -> None:
     """Import the modules that register kernels in KERNELS and OUTPUT_FUSION_KERNELS, and
     the elemental emitter's rules (done once, when the first module is emitted: they import

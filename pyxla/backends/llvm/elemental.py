@@ -13,6 +13,7 @@ subnormals are flushed by the MXCSR setting the entry function makes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import llvmlite.ir as ir
 
@@ -48,6 +49,7 @@ FLOAT_BINARY_CALLS = {
 COMPARE_FLOAT = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
+@cache
 def register_rules() -> None:
     """Import the modules that add their opcodes' rules to RULES (they import this one)."""
     from . import bits, convolution, indexing, windows  # noqa: F401
