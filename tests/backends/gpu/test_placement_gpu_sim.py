@@ -71,7 +71,9 @@ def test_results_are_the_same_in_every_mode_and_the_selector_needs_no_copy_back(
     downloads = {}
     for mode in ("auto", "device", "host"):
         executable = compile_sim(SCALAR_WORK, mode)
-        inputs = [np.int32(i), rng.standard_normal(4096).astype(np.float32)]
+        # sine(exponential(x)) near a root amplifies exp's last-bit difference by
+        # |exp(x)|: arguments in [-1, 1] keep that under the tolerance
+        inputs = [np.int32(i), rng.uniform(-1, 1, 4096).astype(np.float32)]
         before = memory.counts()["downloads"]
         outs = executable.run_device(inputs)
         downloads[mode] = memory.counts()["downloads"] - before
