@@ -20,7 +20,7 @@ from ..hlo.ops import op_def
 from ..hlo.shape import ArrayShape
 from ..passes.hlo_pass import HloPass
 from .fusion_builder import fuse_producer, make_fusion, prepare_fusions
-from .policy import FusionPolicy
+from .policy import FusionPolicy, not_duplicated
 
 CONSUMER_KINDS = frozenset({"elementwise", "broadcast", "injective", "reduce"})
 NOT_CONSUMERS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reduce-window",
@@ -56,11 +56,12 @@ def _can_consume(instr: HloInstruction) -> bool:
 
 def fuse_computation(module: HloModule, comp: HloComputation, policy: FusionPolicy, log: FusionLog) -> bool:
     changed = False
+    kept = not_duplicated(comp)
     for consumer in reversed(comp.post_order()):
         if consumer.parent is not comp or not _can_consume(consumer):
             continue
         while True:
-            producer = _next_producer(consumer, policy, log)
+            producer = _next_producer(consumer, policy, log, kept)
             if producer is None:
                 break
             if consumer.opcode != "fusion":
@@ -71,7 +72,8 @@ def fuse_computation(module: HloModule, comp: HloComputation, policy: FusionPoli
     return changed
 
 
-def _next_producer(consumer: HloInstruction, policy: FusionPolicy, log: FusionLog) -> HloInstruction | None:
+def _next_producer(consumer: HloInstruction, policy: FusionPolicy, log: FusionLog,
+                   kept: frozenset[HloInstruction]) -> HloInstruction | None:
     seen: set[int] = set()
     for producer in consumer.operands:
         if id(producer) in seen:
@@ -79,7 +81,7 @@ def _next_producer(consumer: HloInstruction, policy: FusionPolicy, log: FusionLo
         seen.add(id(producer))
         if producer.opcode == "parameter":
             continue
-        reason = policy.refuse(producer, consumer)
+        reason = policy.refuse(producer, consumer, kept)
         if reason is None:
             return producer
         log(f"not fusing %{producer.name} ({producer.opcode}) into %{consumer.name} ({consumer.opcode}): {reason}")

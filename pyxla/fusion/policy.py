@@ -41,7 +41,10 @@ class FusionPolicy:
     max_constant_elements: int = 1    # larger constants stay buffers, not fused literals
     padded_convolution_output: bool = True   # a convolution's epilogue may end in a pad (a border)
 
-    def refuse(self, producer: HloInstruction, consumer: HloInstruction) -> str | None:
+    def refuse(self, producer: HloInstruction, consumer: HloInstruction,
+               not_duplicated: frozenset[HloInstruction] = frozenset()) -> str | None:
+        """`not_duplicated`: the instructions `not_duplicated(computation)` found, which
+        join no consumer while they have others."""
         if not isinstance(producer.shape, ArrayShape):
             return "produces a tuple"
         opcode = producer.opcode
@@ -70,6 +73,9 @@ class FusionPolicy:
                 # residual stream, each value feeding the next convolution and the next
                 # add) would be computed again in every later kernel.
                 return f"written to memory for %{materialized.name} anyway: fusing would compute it again"
+            if producer in not_duplicated:
+                return ("an operand of a value computed again in several consumers: duplicating it "
+                        "too would grow every copy by the chain behind it")
             if is_expensive(opcode):
                 return f"expensive {opcode} has {len(producer.users)} users: fusing would compute it again"
             if len(producer.users) > self.max_duplicated_users and opcode not in FREE_TO_DUPLICATE:
@@ -151,6 +157,26 @@ class FusionPolicy:
         if _fused_size(consumer) + _fused_size(producer) > self.max_fused_instructions:
             return f"the merged fusion would exceed {self.max_fused_instructions} instructions"
         return None
+
+
+def not_duplicated(comp) -> frozenset[HloInstruction]:
+    """The instructions of `comp` that must not be duplicated into several consumers: the
+    operands of a cheap value that will be (it has several users) and reads more bytes than it
+    writes (XLA's rule for globally unfusible operands). Duplicating the value already reads its
+    operands once per consumer; duplicating those operands too would repeat their own inputs, and
+    in a chain of such values (a transformer's residual stream, each sum read by the next layer
+    norm's kernels and by the next sum) every kernel would recompute every value before it. The
+    value itself may still be duplicated: each copy reads its operands from memory."""
+    kept: set[HloInstruction] = set()
+    for producer in comp.instructions:
+        if (len(producer.users) < 2 or not isinstance(producer.shape, ArrayShape)
+                or op_def(producer.opcode).fusion_kind not in FUSIBLE_KINDS or producer.opcode in FREE_TO_DUPLICATE):
+            continue
+        read = sum(o.shape.byte_size for o in producer.operands if isinstance(o.shape, ArrayShape))
+        if read <= producer.shape.byte_size:
+            continue   # duplicating the operands moves no more bytes than materialising
+        kept.update(o for o in producer.operands if o.opcode not in FREE_TO_DUPLICATE)
+    return frozenset(kept)
 
 
 def _uses_per_row(param: HloInstruction, reduced: tuple, rows: tuple, kept: tuple) -> str | None:

@@ -164,6 +164,44 @@ ENTRY main {
     assert_same_values(parse_module(text), module, rng, rtol=1e-5)
 
 
+def _pre_norm_stream(layers: int) -> str:
+    """A pre-LN transformer's residual stream: each sum is read by the next layer norm's
+    kernels (mean, variance, normalise) and by the next sum; the layers' outputs come as
+    parameters (dots in a real model)."""
+    lines = ["  x0 = f32[4,32] parameter(0)", "  zero = f32[] constant(0)",
+             "  n = f32[] constant(32)", "  nb = f32[4] broadcast(n), dimensions={}"]
+    for i in range(1, layers + 1):
+        p = i - 1
+        lines += [f"  s{p} = f32[4] reduce(x{p}, zero), dimensions={{1}}, to_apply=add",
+                  f"  m{p} = f32[4] divide(s{p}, nb)",
+                  f"  mb{p} = f32[4,32] broadcast(m{p}), dimensions={{0}}",
+                  f"  c{p} = f32[4,32] subtract(x{p}, mb{p})",
+                  f"  q{p} = f32[4,32] multiply(c{p}, c{p})",
+                  f"  v{p} = f32[4] reduce(q{p}, zero), dimensions={{1}}, to_apply=add",
+                  f"  vb{p} = f32[4,32] broadcast(v{p}), dimensions={{0}}",
+                  f"  y{p} = f32[4,32] multiply(c{p}, vb{p})",
+                  f"  d{i} = f32[4,32] parameter({i})",
+                  f"  t{i} = f32[4,32] multiply(y{p}, d{i})",
+                  f"  x{i} = f32[4,32] add(x{p}, t{i})"]
+    return (f"HloModule pre_norm\n{programs.REDUCERS}\nENTRY main {{\n" + "\n".join(lines)
+            + f"\n  ROOT out = f32[4,32] negate(x{layers})\n}}\n")
+
+
+def test_a_residual_stream_read_by_layer_norms_is_not_recomputed(rng):
+    """Each sum of the stream is computed once: duplicated into the next layer norm's
+    kernels, a sum's operands (the previous sum) are not duplicated with it, so no kernel
+    recomputes the stream from its start. Computed again in every later kernel, the number
+    of adds would grow with the square of the depth."""
+    layers = 8
+    text = _pre_norm_stream(layers)
+    module = fused(text)
+    stream_adds = [i for c in module.computations for i in c.instructions
+                   if i.opcode == "add" and len(i.shape.dims) == 2]
+    assert len(stream_adds) <= 3 * layers, len(stream_adds)
+    assert any("duplicating it too would grow every copy" in line for line in module.fusion_log)
+    assert_same_values(parse_module(text), module, rng, rtol=1e-5)
+
+
 def test_never_fuses_across_control_flow_or_custom_calls(rng):
     text = """
 HloModule boundaries
