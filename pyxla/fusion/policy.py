@@ -40,6 +40,7 @@ class FusionPolicy:
     max_fused_instructions: int = 200
     max_constant_elements: int = 1    # larger constants stay buffers, not fused literals
     padded_convolution_output: bool = True   # a convolution's epilogue may end in a pad (a border)
+    dot_epilogue_leading_ones: bool = True   # a dot's epilogue may put 1s before its dims (a reshape)
 
     def refuse(self, producer: HloInstruction, consumer: HloInstruction,
                not_duplicated: frozenset[HloInstruction] = frozenset()) -> str | None:
@@ -133,7 +134,13 @@ class FusionPolicy:
                 return "pads something else"
             if root.opcode == "parameter" or consumer.opcode != "fusion":
                 return None   # the product itself, padded
-        if op_def(root.opcode).fusion_kind != "elementwise" or root.shape.dims != gemm.shape.dims:
+        if self.dot_epilogue_leading_ones and gemm.opcode == "dot" and root.opcode in ("reshape", "bitcast") \
+                and _leading_ones(root.shape.dims, gemm.shape.dims) \
+                and _leading_ones(root.operands[0].shape.dims, gemm.shape.dims):
+            root = root.operands[0]   # the next MatMul's [1, m, n] -> [m, n]: moves no element
+        if op_def(root.opcode).fusion_kind != "elementwise" or not (root.shape.dims == gemm.shape.dims or (
+                self.dot_epilogue_leading_ones and gemm.opcode == "dot"
+                and _leading_ones(root.shape.dims, gemm.shape.dims))):
             return f"{consumer.opcode} is not an elementwise epilogue of the same shape"
         if consumer.opcode == "fusion" and _contains(consumer, lambda i: i.opcode in OUTPUT_FUSION_ROOTS | {"reduce"}):
             return "the fusion already holds a dot, convolution or reduction"
@@ -157,6 +164,15 @@ class FusionPolicy:
         if _fused_size(consumer) + _fused_size(producer) > self.max_fused_instructions:
             return f"the merged fusion would exceed {self.max_fused_instructions} instructions"
         return None
+
+
+def _leading_ones(dims: tuple, product: tuple) -> bool:
+    """Whether `dims` are a dot's `product` dims after none or some leading 1s: an ONNX MatMul
+    of [1, 128, 768] by [768, n] is a dot of [128, 768] reshaped back to [1, 128, n] (and the
+    next MatMul reshapes to [128, n] again), reshapes that move no element; the CPU GEMM's
+    epilogue writes element (i, j) of the product at (0, i, j) of such a result."""
+    lead = len(dims) - len(product)
+    return lead >= 0 and dims == (1,) * lead + product
 
 
 def not_duplicated(comp) -> frozenset[HloInstruction]:

@@ -59,7 +59,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ...fusion.attention import is_attention_fusion
-from ...fusion.buffer_assignment import Buffer, BufferAssignment, read_elementwise
+from ...fusion.buffer_assignment import Buffer, BufferAssignment
 from ...hlo.computation import HloComputation
 from ...hlo.cost_analysis import byte_size
 from ...hlo.instruction import HloInstruction
@@ -760,10 +760,13 @@ class KernelEmitter:
         # The epilogue reads the product where it was stored: in place when each element of
         # the result reads its own element of the product only, else from kernel scratch (an
         # element written in place could be read again for another).
-        in_place = read_elementwise(dot, root)
+        # An epilogue's result may have leading 1s the dot does not (plan_gemm): the same
+        # row-major bytes, element (prefix, i, j) of the product at (0.., prefix, i, j).
+        lead = (0,) * (shape.rank - dot.shape.rank)
+        in_place = epilogue_in_place(dot, root)
         product_ptr = self.out_ptr if in_place else self.reserve_scratch(shape.byte_size)
         if root is not dot:
-            self.e.buffer_reads[id(dot)] = lambda index: self.load(product_ptr, shape, index)
+            self.e.buffer_reads[id(dot)] = lambda index: self.load(product_ptr, dot.shape, index)
 
         pool = worker_pool()
         per_product = False   # whether the epilogue ran per block, inside the tasks
@@ -785,15 +788,15 @@ class KernelEmitter:
             # BLAS, whose own threads would ignore PYXLA_NUM_THREADS and keep spinning through
             # the kernels after it)
             pooled = pool is not None and batch * m * n * k >= OWN_GEMM_MIN_WORK
-            per_product = root is not dot and in_place and shape.rank == nb + 2
+            per_product = root is not dot and in_place and dot.shape.rank == nb + 2
 
             def epilogue(prefix, i, j):
-                self.store_root(root, shape, tuple(prefix) + (i, j))
+                self.store_root(root, shape, lead + tuple(prefix) + (i, j))
 
             # a bounded fusion's rows are each product's rows when the result is [batch..., m, n]
             m_bound = self.row_bound[1] if self.row_bound is not None and self.row_bound[0] == nb and \
                 shape.rank == nb + 2 else None
-            emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, shape.dims[:nb], m, n, k, a_t, b_t,
+            emit_dot_tasks(self, t.name, product_ptr, lptr, rptr, plan.batch_dims, m, n, k, a_t, b_t,
                            pool.threads * GEMM_TASKS_PER_THREAD if pooled else 1, epilogue if per_product else None,
                            m_bound=m_bound, packed_b=packed_weights(self, rhs))
         if root is not dot and not per_product:
@@ -809,6 +812,32 @@ class KernelEmitter:
         if value.opcode == "parameter" and self.fused is not None:
             return self.pointers[id(self.instr.operands[value.parameter_number])]
         return self.pointers[id(value)]
+
+
+def epilogue_in_place(dot: HloInstruction, root: HloInstruction) -> bool:
+    """Whether element i of `root` reads element i of `dot` alone (buffer_assignment's
+    read_elementwise), also through reshapes that only put 1s before the dot's dims or take
+    them away again (plan_gemm): row-major, element i of such a reshape is element i of what
+    it reshapes."""
+    if root is dot:
+        return True
+    product = _strip_leading_ones(dot.shape.dims)
+    pending, seen = [dot], set()
+    while pending:
+        for u in pending.pop().users:
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            elementwise = op_def(u.opcode).fusion_kind == "elementwise" or u.opcode in ("reshape", "bitcast")
+            if not elementwise or not isinstance(u.shape, ArrayShape) or _strip_leading_ones(u.shape.dims) != product:
+                return False
+            pending.append(u)
+    return id(root) in seen
+
+
+def _strip_leading_ones(dims: tuple) -> tuple:
+    lead = next((n for n, d in enumerate(dims) if d != 1), len(dims))
+    return tuple(dims[lead:])
 
 
 class _Unaligned(Exception):

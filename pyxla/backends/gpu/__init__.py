@@ -27,6 +27,7 @@ from pathlib import Path
 import llvmlite.ir as ir
 
 from ...compiler import CompiledModule, compile_module
+from ...fusion.policy import FusionPolicy
 from ...hlo.module import HloModule
 from ...hlo.shape import ArrayShape
 from ...hlo.verifier import verify_module
@@ -89,7 +90,9 @@ class GpuBackend:
         mode = placement_mode(placement, self.name)
         verify_module(module)
         if compiled is None:
-            compiled = compile_module(module.clone(), donated=donated)
+            # the GEMM kernel (gemm.py) writes a dot's own dims: no epilogue reshaped around it
+            compiled = compile_module(module.clone(), donated=donated,
+                                      policy=FusionPolicy(dot_epilogue_leading_ones=False))
         if any(p.shape is not None and not isinstance(p.shape, ArrayShape) for p in compiled.module.entry.parameters):
             raise GpuUnsupported("the GPU backend cannot take tuple-shaped ENTRY parameters yet")
         ir_text, specs, program = _kernel_module(compiled, "host" if self.name == "gpu-sim" else "ptx")

@@ -36,7 +36,8 @@ class GemmPlan:
 
 def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | None:
     """The plan of the dot `root` computes (itself, or the dot inside its fusion `fused`,
-    whose operands must then be the fusion's parameters), writing `result`; None when the
+    whose operands must then be the fusion's parameters), writing `result` (the dot's dims, or
+    an epilogue's that adds leading 1s to them: the same row-major bytes); None when the
     dot does not fit the matrix-product kernels (the elemental loops then compute it): not
     f32/f64, batch dimensions not leading, several contracting dimensions, layouts not
     row-major, or an empty product."""
@@ -56,7 +57,9 @@ def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | Non
     if len(a.get("lhs_contracting_dims", ())) != 1 or len(a.get("rhs_contracting_dims", ())) != 1:
         return None
     lshape, rshape, oshape = lhs.shape, rhs.shape, dot.shape
-    if not all(s.is_row_major for s in (lshape, rshape, oshape, result)) or oshape.dims != result.dims:
+    lead = result.rank - oshape.rank   # an epilogue's result may add leading 1s (policy.py)
+    if not all(s.is_row_major for s in (lshape, rshape, oshape, result)) or \
+            result.dims != (1,) * max(0, lead) + oshape.dims:
         return None
     lc, rc = a["lhs_contracting_dims"][0], a["rhs_contracting_dims"][0]
     k = lshape.dims[lc]
