@@ -113,7 +113,7 @@ class _Instruments:
         if self.debug:
             print(f"pyxla pass {p.name:<24} {seconds * 1e3:8.2f} ms  {'changed' if changed else 'no change'}",
                   file=sys.stderr)
-        if self.verify:
+        if self.verify and changed:   # (a pass that changed nothing leaves a verified module)
             try:
                 verify_module(module)
             except VerifierError as e:

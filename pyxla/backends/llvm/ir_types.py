@@ -9,12 +9,16 @@ and computed as i4/i2, so their arithmetic wraps at their own width.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import llvmlite.ir as ir
 import numpy as np
 
-from ...hlo.instruction import HloInstruction
-from ...hlo.types import ElementType
 from .low_precision import f32_to_narrow_bits, narrow_bits_to_f32
+
+if TYPE_CHECKING:   # (annotations only: code that loads cached kernels imports this module)
+    from ...hlo.instruction import HloInstruction
+    from ...hlo.types import ElementType
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
