@@ -7,6 +7,7 @@ pass only asks; every "no" it gets is logged with this reason (PYXLA_DEBUG=fusio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from ..hlo.instruction import HloInstruction
 from ..hlo.ops import op_def
@@ -40,7 +41,7 @@ class FusionPolicy:
     max_fused_instructions: int = 200
     max_constant_elements: int = 1    # larger constants stay buffers, not fused literals
     padded_convolution_output: bool = True   # a convolution's epilogue may end in a pad (a border)
-    dot_epilogue_leading_ones: bool = True   # a dot's epilogue may put 1s before its dims (a reshape)
+    dot_epilogue_reshaped_rows: bool = True  # a dot's epilogue may reshape its rows (same_rows)
 
     def refuse(self, producer: HloInstruction, consumer: HloInstruction,
                not_duplicated: frozenset[HloInstruction] = frozenset()) -> str | None:
@@ -134,13 +135,12 @@ class FusionPolicy:
                 return "pads something else"
             if root.opcode == "parameter" or consumer.opcode != "fusion":
                 return None   # the product itself, padded
-        if self.dot_epilogue_leading_ones and gemm.opcode == "dot" and root.opcode in ("reshape", "bitcast") \
-                and _leading_ones(root.shape.dims, gemm.shape.dims) \
-                and _leading_ones(root.operands[0].shape.dims, gemm.shape.dims):
-            root = root.operands[0]   # the next MatMul's [1, m, n] -> [m, n]: moves no element
-        if op_def(root.opcode).fusion_kind != "elementwise" or not (root.shape.dims == gemm.shape.dims or (
-                self.dot_epilogue_leading_ones and gemm.opcode == "dot"
-                and _leading_ones(root.shape.dims, gemm.shape.dims))):
+        reshaped = self.dot_epilogue_reshaped_rows and gemm.opcode == "dot"
+        if reshaped and root.opcode in ("reshape", "bitcast") and same_rows(root.shape.dims, gemm.shape.dims) \
+                and same_rows(root.operands[0].shape.dims, gemm.shape.dims):
+            root = root.operands[0]   # the next MatMul's [b, m, n] -> [b * m, n]: moves no element
+        if op_def(root.opcode).fusion_kind != "elementwise" or not (
+                root.shape.dims == gemm.shape.dims or reshaped and same_rows(root.shape.dims, gemm.shape.dims)):
             return f"{consumer.opcode} is not an elementwise epilogue of the same shape"
         if consumer.opcode == "fusion" and _contains(consumer, lambda i: i.opcode in OUTPUT_FUSION_ROOTS | {"reduce"}):
             return "the fusion already holds a dot, convolution or reduction"
@@ -166,13 +166,16 @@ class FusionPolicy:
         return None
 
 
-def _leading_ones(dims: tuple, product: tuple) -> bool:
-    """Whether `dims` are a dot's `product` dims after none or some leading 1s: an ONNX MatMul
-    of [1, 128, 768] by [768, n] is a dot of [128, 768] reshaped back to [1, 128, n] (and the
-    next MatMul reshapes to [128, n] again), reshapes that move no element; the CPU GEMM's
-    epilogue writes element (i, j) of the product at (0, i, j) of such a result."""
+def same_rows(dims: tuple, product: tuple) -> bool:
+    """Whether an array of `dims` is a dot's result of dims `product` reshaped so that it moves
+    no element: 1s put before the product's dims, or a plain product's rows [m, n] as
+    [b..., m / b..., n]. An ONNX MatMul of [4, 128, 768] by [768, n] is a dot of [512, 768]
+    reshaped back to [4, 128, n] (and the next MatMul reshapes to [512, n] again); the CPU
+    GEMM's epilogue writes element (i, j) of the product at the row i of such a result."""
     lead = len(dims) - len(product)
-    return lead >= 0 and dims == (1,) * lead + product
+    if lead >= 0 and dims == (1,) * lead + product:
+        return True
+    return len(product) == 2 and len(dims) >= 1 and dims[-1] == product[-1] and prod(dims[:-1]) == product[0]
 
 
 def not_duplicated(comp) -> frozenset[HloInstruction]:

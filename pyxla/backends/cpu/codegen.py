@@ -94,7 +94,7 @@ from .control_flow import (
     value_leaves,
 )
 from .dot.gemv import emit_gemv
-from .dot.plan import plan_gemm
+from .dot.plan import epilogue_in_place, plan_gemm
 from .dot.tasks import emit_dot_tasks, packed_weights
 from .ops.attention import emit_attention
 from .ops.column_reduce import column_reductions, emit_column_reduction
@@ -760,9 +760,16 @@ class KernelEmitter:
         # The epilogue reads the product where it was stored: in place when each element of
         # the result reads its own element of the product only, else from kernel scratch (an
         # element written in place could be read again for another).
-        # An epilogue's result may have leading 1s the dot does not (plan_gemm): the same
-        # row-major bytes, element (prefix, i, j) of the product at (0.., prefix, i, j).
+        # An epilogue's result may reshape the product's rows (plan_gemm): the same row-major
+        # bytes, element (prefix, i, j) of the product at (0.., prefix, i, j) when it puts 1s
+        # before the dims, else (row i of the result's leading dims, j).
         lead = (0,) * (shape.rank - dot.shape.rank)
+        ones_before = shape.dims == lead + dot.shape.dims
+
+        def at(prefix, i, j) -> tuple:
+            if ones_before:
+                return lead + tuple(prefix) + (i, j)
+            return tuple(delinearize(b, i, shape.dims[:-1], default_layout(shape.rank - 1))) + (j,)
         in_place = epilogue_in_place(dot, root)
         product_ptr = self.out_ptr if in_place else self.reserve_scratch(shape.byte_size)
         if root is not dot:
@@ -791,7 +798,7 @@ class KernelEmitter:
             per_product = root is not dot and in_place and dot.shape.rank == nb + 2
 
             def epilogue(prefix, i, j):
-                self.store_root(root, shape, lead + tuple(prefix) + (i, j))
+                self.store_root(root, shape, at(prefix, i, j))
 
             # a bounded fusion's rows are each product's rows when the result is [batch..., m, n]
             m_bound = self.row_bound[1] if self.row_bound is not None and self.row_bound[0] == nb and \
@@ -812,32 +819,6 @@ class KernelEmitter:
         if value.opcode == "parameter" and self.fused is not None:
             return self.pointers[id(self.instr.operands[value.parameter_number])]
         return self.pointers[id(value)]
-
-
-def epilogue_in_place(dot: HloInstruction, root: HloInstruction) -> bool:
-    """Whether element i of `root` reads element i of `dot` alone (buffer_assignment's
-    read_elementwise), also through reshapes that only put 1s before the dot's dims or take
-    them away again (plan_gemm): row-major, element i of such a reshape is element i of what
-    it reshapes."""
-    if root is dot:
-        return True
-    product = _strip_leading_ones(dot.shape.dims)
-    pending, seen = [dot], set()
-    while pending:
-        for u in pending.pop().users:
-            if id(u) in seen:
-                continue
-            seen.add(id(u))
-            elementwise = op_def(u.opcode).fusion_kind == "elementwise" or u.opcode in ("reshape", "bitcast")
-            if not elementwise or not isinstance(u.shape, ArrayShape) or _strip_leading_ones(u.shape.dims) != product:
-                return False
-            pending.append(u)
-    return id(root) in seen
-
-
-def _strip_leading_ones(dims: tuple) -> tuple:
-    lead = next((n for n, d in enumerate(dims) if d != 1), len(dims))
-    return tuple(dims[lead:])
 
 
 class _Unaligned(Exception):

@@ -92,7 +92,7 @@ class GpuBackend:
         if compiled is None:
             # the GEMM kernel (gemm.py) writes a dot's own dims: no epilogue reshaped around it
             compiled = compile_module(module.clone(), donated=donated,
-                                      policy=FusionPolicy(dot_epilogue_leading_ones=False))
+                                      policy=FusionPolicy(dot_epilogue_reshaped_rows=False))
         if any(p.shape is not None and not isinstance(p.shape, ArrayShape) for p in compiled.module.entry.parameters):
             raise GpuUnsupported("the GPU backend cannot take tuple-shaped ENTRY parameters yet")
         ir_text, specs, program = _kernel_module(compiled, "host" if self.name == "gpu-sim" else "ptx")

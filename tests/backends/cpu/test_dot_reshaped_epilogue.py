@@ -1,6 +1,6 @@
-"""A dot's epilogue behind a reshape that only puts 1s before the product's dims (an ONNX
-MatMul of [1, m, k] by [k, n]: a dot of [m, k] reshaped back to [1, m, n]) and that may
-reshape back to [m, n] at its end (the next MatMul's input): one output fusion, the GEMM's
+"""A dot's epilogue behind a reshape of the product's rows (an ONNX MatMul of [b, s, k] by
+[k, n]: a dot of [b * s, k] reshaped back to [b, s, n]) that may reshape back to [b * s, n]
+at its end (the next MatMul's input): one output fusion, the GEMM's
 kernel with the epilogue applied per block in place, the weight in GEMM panels, on fresh
 random inputs against NumPy float64, and the same bits as the epilogue without the reshapes
 (the product's sums do not change)."""
@@ -18,10 +18,10 @@ from pyxla.hlo import parse_module
 from .test_parallel import pool  # noqa: F401  (fixture)
 
 
-def _module(m: int, k: int, n: int, reshaped: bool, back: bool) -> str:
-    """tanh(a w + bias + residual), reshaped to [1, m, n] after the dot when `reshaped`, and
-    to [m, n] again at the end when `back`."""
-    s = f"[1,{m},{n}]" if reshaped else f"[{m},{n}]"
+def _module(m: int, k: int, n: int, reshaped: bool, back: bool, batch: int = 1) -> str:
+    """tanh(a w + bias + residual), reshaped to [batch, m / batch, n] after the dot when
+    `reshaped`, and to [m, n] again at the end when `back`."""
+    s = f"[{batch},{m // batch},{n}]" if reshaped else f"[{m},{n}]"
     d = f"  dr = f32{s} reshape(d)\n" if reshaped else ""
     product = "dr" if reshaped else "d"
     dims = "2" if reshaped else "1"
@@ -55,20 +55,21 @@ def _compile(text: str, monkeypatch, constant: bool = False, in_place: list | No
     return get_backend("cpu").compile(parse_module(text), constant_parameters=(1,) if constant else ())
 
 
-@pytest.mark.parametrize("m,k,n", [(37, 100, 45), (128, 70, 200), (1, 50, 60)])
+@pytest.mark.parametrize("m,k,n,batch", [(37, 100, 45, 1), (128, 70, 200, 1), (1, 50, 60, 1), (96, 40, 50, 4),
+                                         (120, 33, 70, 3)])
 @pytest.mark.parametrize("back", [False, True])
-def test_one_output_fusion_with_the_bits_of_the_plain_epilogue(rng, monkeypatch, pool, m, k, n, back):  # noqa: F811
+def test_one_output_fusion_with_the_bits_of_the_plain_epilogue(rng, monkeypatch, pool, m, k, n, batch, back):  # noqa: F811
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     residual = rng.standard_normal((m, n)).astype(np.float32)
     seen: list = []
-    reshaped = _compile(_module(m, k, n, True, back), monkeypatch, in_place=seen)
+    reshaped = _compile(_module(m, k, n, True, back, batch), monkeypatch, in_place=seen)
     ks = kernels(reshaped.module.entry)
     assert len(ks) == 1 and ks[0].attrs.get("kind") == "kOutput", [k.describe() for k in ks]
     assert seen == [True]   # the epilogue runs on the product where the GEMM stored it
-    got = reshaped.run_flat([a, w, bias, residual.reshape(1, m, n)])[0]
-    assert got.shape == ((m, n) if back else (1, m, n))
+    got = reshaped.run_flat([a, w, bias, residual.reshape(batch, m // batch, n)])[0]
+    assert got.shape == ((m, n) if back else (batch, m // batch, n))
     plain = _compile(_module(m, k, n, False, False), monkeypatch).run_flat([a, w, bias, residual])[0]
     assert np.array_equal(got.reshape(m, n), plain)
     want = np.tanh(a.astype(np.float64) @ w + bias + residual)
@@ -80,8 +81,8 @@ def test_the_weight_comes_in_gemm_panels(rng, monkeypatch, pool):  # noqa: F811
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
-    residual = rng.standard_normal((1, m, n)).astype(np.float32)
-    text = _module(m, k, n, True, True)
+    residual = rng.standard_normal((2, m // 2, n)).astype(np.float32)
+    text = _module(m, k, n, True, True, batch=2)
     formed = _compile(text, monkeypatch, constant=True)
     assert isinstance(formed.parameter_forms.get(1), GemmPanels)
     once = formed.prepare_argument(1, w)
@@ -111,3 +112,23 @@ ENTRY main {{
     product = a.astype(np.float64) @ w
     np.testing.assert_allclose(got[0], product + product.T, rtol=1e-4, atol=1e-4)
     assert seen == [False]
+
+
+def test_a_reshape_that_cuts_the_rows_otherwise_keeps_the_product_apart(rng, monkeypatch, pool):  # noqa: F811
+    """[12, 8] as [8, 12]: row i of the result is not row i of the product (same bytes, other
+    rows), so the epilogue is not the GEMM's; the values still match."""
+    text = """HloModule other_rows
+ENTRY main {
+  a = f32[12,20] parameter(0)
+  w = f32[20,8] parameter(1)
+  d = f32[12,8] dot(a, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  r = f32[8,12] reshape(d)
+  ROOT t = f32[8,12] tanh(r)
+}
+"""
+    a = rng.standard_normal((12, 20)).astype(np.float32)
+    w = rng.standard_normal((20, 8)).astype(np.float32)
+    executable = _compile(text, monkeypatch)
+    assert not any(k.attrs.get("kind") == "kOutput" for k in kernels(executable.module.entry))
+    got = executable.run_flat([a, w])[0]
+    np.testing.assert_allclose(got, np.tanh((a.astype(np.float64) @ w).reshape(8, 12)), rtol=1e-5, atol=1e-5)

@@ -7,7 +7,9 @@ from math import prod
 
 import numpy as np
 
+from ....fusion.policy import same_rows
 from ....hlo.instruction import HloInstruction
+from ....hlo.ops.registry import op_def
 from ....hlo.shape import ArrayShape
 from ....runtime.memory import aligned_empty
 from ...llvm.ir_types import etype
@@ -37,7 +39,8 @@ class GemmPlan:
 def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | None:
     """The plan of the dot `root` computes (itself, or the dot inside its fusion `fused`,
     whose operands must then be the fusion's parameters), writing `result` (the dot's dims, or
-    an epilogue's that adds leading 1s to them: the same row-major bytes); None when the
+    an epilogue's that reshapes its rows, fusion/policy.py same_rows: the same row-major
+    bytes); None when the
     dot does not fit the matrix-product kernels (the elemental loops then compute it): not
     f32/f64, batch dimensions not leading, several contracting dimensions, layouts not
     row-major, or an empty product."""
@@ -57,9 +60,9 @@ def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | Non
     if len(a.get("lhs_contracting_dims", ())) != 1 or len(a.get("rhs_contracting_dims", ())) != 1:
         return None
     lshape, rshape, oshape = lhs.shape, rhs.shape, dot.shape
-    lead = result.rank - oshape.rank   # an epilogue's result may add leading 1s (policy.py)
+    # an epilogue's result may reshape the product's rows (fusion/policy.py same_rows)
     if not all(s.is_row_major for s in (lshape, rshape, oshape, result)) or \
-            result.dims != (1,) * max(0, lead) + oshape.dims:
+            not (result.dims == oshape.dims or same_rows(result.dims, oshape.dims)):
         return None
     lc, rc = a["lhs_contracting_dims"][0], a["rhs_contracting_dims"][0]
     k = lshape.dims[lc]
@@ -126,3 +129,23 @@ def gemm_panels(plan: GemmPlan) -> GemmPanels | None:
         return None
     params = GemmParams(t.mr, t.kc, t.mc, t.nc, tuned.blocks_per_thread)
     return GemmPanels(plan.dtype, plan.batch, plan.k, plan.n, plan.b_transposed, t.nr, params)
+
+
+def epilogue_in_place(dot: HloInstruction, root: HloInstruction) -> bool:
+    """Whether element i of `root` reads element i of `dot` alone (buffer_assignment's
+    read_elementwise), also through reshapes (plan_gemm): row-major, element i of a reshape
+    is element i of what it reshapes."""
+    if root is dot:
+        return True
+    pending, seen = [dot], set()
+    while pending:
+        for u in pending.pop().users:
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            elementwise = op_def(u.opcode).fusion_kind == "elementwise" or u.opcode in ("reshape", "bitcast")
+            if not elementwise or not isinstance(u.shape, ArrayShape) or u.shape.size != dot.shape.size \
+                    or not u.shape.is_row_major:
+                return False
+            pending.append(u)
+    return id(root) in seen
