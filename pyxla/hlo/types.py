@@ -11,10 +11,13 @@ high bits zero), arithmetic on the floats in f32 as for f16 and bf16.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
-from numpy.typing import DTypeLike
+
+if TYPE_CHECKING:   # (numpy.typing takes milliseconds to import: annotations only)
+    from numpy.typing import DTypeLike
 
 
 @dataclass(frozen=True)

@@ -292,15 +292,26 @@ ENTRY main {
 """
 
 
-def test_executable_made_from_its_description_matches_bit_for_bit(cache_dir, rng):
+@pytest.mark.parametrize("loader", ["object_loader", "llvm"])
+def test_executable_made_from_its_description_matches_bit_for_bit(cache_dir, rng, monkeypatch, loader):
     """describe_executable / executable_from_description (the ONNX load index's executable):
     the object from the cache, parameter and output shapes (a column-major parameter, a
-    passed-through parameter and a constant among the outputs) without the module."""
+    passed-through parameter and a constant among the outputs) without the module; loaded
+    without LLVM (object_loader.py, the helpers from the entries the executable's records),
+    or through LLVM where the object loader refuses."""
+    from pyxla.backends.cpu.runtime import object_loader
     compiled = _compile(TUPLE_OUT)
     description = executable_cache.describe_executable(compiled)
     assert description is not None and description["key"] == compiled.cache_key
+    through_llvm = []
+    load_native = executable_cache.load_native
+    monkeypatch.setattr(executable_cache, "load_native", lambda *a: through_llvm.append(1) or load_native(*a))
+    if loader == "llvm":
+        def refuse(*args, **kwargs):
+            raise object_loader.UnsupportedObject("refused for the test")
+        monkeypatch.setattr(object_loader, "load_objects", refuse)
     made = executable_cache.executable_from_description(description)
-    assert made.module is None
+    assert made.module is None and len(through_llvm) == (loader == "llvm")
     x = rng.standard_normal((8, 16)).astype(np.float32)
     w = np.asfortranarray(rng.standard_normal((16, 4)).astype(np.float32))
     want = compiled.run_unchecked([x, w])

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from ...backends.cpu.runtime.executable_cache import source_fingerprint
 from ...hlo.types import element_type, from_numpy_dtype
 from ...runtime import disk_cache
+from ...runtime.disk_cache import host_identity, source_fingerprint
 from ...runtime.memory import aligned_empty
 
 MODEL_KIND = "onnx-model"
@@ -64,11 +64,11 @@ def enabled(backend: str, dynamic: bool) -> bool:
 
 
 def model_key(model_bytes, backend: str, check: bool) -> str:
-    """The model entry's key: the model's bytes (hashed where they lie, no copy) and what
-    else decides its optimised module."""
+    """The model entry's key: the model's bytes (hashed where they lie, no copy), what else
+    decides its optimised module, and the machine (the entries name code compiled for it)."""
     settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("PYXLA_") and k not in _NEUTRAL_SETTINGS)
     return disk_cache.make_key(FORMAT, hashlib.sha256(memoryview(model_bytes)).hexdigest(), backend, str(check),
-                               repr(settings),
+                               repr(settings), host_identity(),
                                str(getattr(sys.modules.get("pyxla"), "__version__", "")), source_fingerprint())
 
 

@@ -280,7 +280,7 @@ class OnnxModel:
         """The executable for this signature made from the load index's entry: the object
         code from the executable cache under the key the entry names, the weights as the
         executable takes them (load_index.py); None when there is no usable entry."""
-        from ...backends.cpu.runtime.executable_cache import executable_from_description
+        from ...backends.cpu.runtime.cached_executable import executable_from_description
         meta = load_index.load_call_entry(call_key, signature, self.output_names)
         if meta is None:
             return None

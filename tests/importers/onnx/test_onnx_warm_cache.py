@@ -179,7 +179,7 @@ def test_bad_call_entry_warns_and_gives_the_right_result(cache_dir, damage):
 
 def test_warm_load_neither_parses_the_model_nor_imports_the_tracer(cache_dir, tmp_path):
     """A warm process finds the model by its file's bytes: the ModelProto is never parsed,
-    and neither onnx nor pyxla's tracer and importer are imported; the results are the
+    and neither onnx nor pyxla's tracer and importer nor LLVM are imported; the results are the
     cold process's bit for bit. A call with new shapes still traces (parsing the bytes
     read at load, not the file again) and is kept, so a third process serves both
     signatures from the index."""
@@ -193,13 +193,15 @@ def test_warm_load_neither_parses_the_model_nor_imports_the_tracer(cache_dir, tm
         "m = pyxla.onnx.load(sys.argv[1]); out = m(x=np.load(sys.argv[2]))\n"
         "np.save(sys.argv[3], out['y'])\n"
         "print(m._proto is None, 'onnx' in sys.modules, 'pyxla.frontend.jit' in sys.modules,\n"
-        "      'pyxla.importers.onnx.importer' in sys.modules)\n"
+        "      'pyxla.importers.onnx.importer' in sys.modules, 'llvmlite' in sys.modules)\n"
         "if sys.argv[4] == 'edit':\n"
         "    open(sys.argv[1], 'wb').write(b'not a model any more')\n"
         "x5 = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float32)\n"
         "if sys.argv[4] != 'first':\n"
         "    np.save(sys.argv[3] + '.5.npy', m(x=x5)['y'])\n"
-        "    print(m.compile({'x': x5}).module is None)\n")
+        "    print(m.compile({'x': x5}).module is None)\n"
+        "from pyxla.backends.cpu.runtime import parallel, pool_threads\n"
+        "print(parallel.worker_pool() is pool_threads.current())\n")
     env = {**os.environ, "PYXLA_CACHE_DIR": str(cache_dir)}
     runs = []
     for k, action in enumerate(["first", "edit", "keep"]):
@@ -210,9 +212,11 @@ def test_warm_load_neither_parses_the_model_nor_imports_the_tracer(cache_dir, tm
                               capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         assert proc.returncode == 0, proc.stderr
         runs.append((proc.stdout.split(), np.load(out), np.load(str(out) + ".5.npy") if k else None))
-    assert runs[0][0] == ["False", "True", "True", "True"]             # cold: parsed, checked, traced
-    assert runs[1][0] == ["True", "False", "False", "False", "False"]  # warm; new shapes traced
-    assert runs[2][0] == ["True", "False", "False", "False", "True"]   # both from the index
+    # warm: not parsed, onnx, the tracer and LLVM not imported (cached_executable.py); one
+    # pool for the code loaded so and the code compiled after it
+    assert runs[0][0] == ["False", "True", "True", "True", "True", "True"]          # cold: parsed, checked, traced
+    assert runs[1][0] == ["True", "False", "False", "False", "False", "False", "True"]  # new shapes traced
+    assert runs[2][0] == ["True", "False", "False", "False", "False", "True", "True"]   # both from the index
     for run in runs[1:]:
         np.testing.assert_array_equal(runs[0][1], run[1])
     np.testing.assert_array_equal(runs[1][2], runs[2][2])
@@ -363,3 +367,13 @@ def test_executable_without_its_module_takes_only_packed_constants(cache_dir):
         executable.prepare_argument(number, np.zeros(executable.parameter_shapes[number].dims, np.float32))
     with pytest.raises(ValueError, match="run_unchecked"):
         executable.run_flat([])
+
+
+def test_another_machine_sharing_the_cache_misses(monkeypatch):
+    """The index names code compiled for this machine: a machine with another CPU (a cache
+    directory on a shared home) has other model keys, and never loads that code."""
+    data = small_model(seed=3)
+    here = load_index.model_key(data, "cpu", True)
+    assert here == load_index.model_key(data, "cpu", True)
+    monkeypatch.setattr(load_index, "host_identity", lambda: disk_cache.host_identity() + " with other flags")
+    assert load_index.model_key(data, "cpu", True) != here

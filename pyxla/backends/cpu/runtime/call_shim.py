@@ -20,10 +20,9 @@ import ctypes
 import functools
 from collections.abc import Callable, Sequence
 
-import llvmlite.ir as ir
 import numpy as np
 
-from .llvm_jit import host_jit
+from . import helper_registry
 
 SHIM_NAME = "pyxla_call_entry"
 ENTRY_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -47,6 +46,7 @@ def _object_offsets() -> tuple[int, int, int] | None:
 
 
 def _shim_ir(size_at: int, items_at: int, data_at: int) -> str:
+    import llvmlite.ir as ir  # (a process that finds the shim loaded builds no IR)
     i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
     module = ir.Module(name="pyxla_call_shim")
     module.triple = ""
@@ -95,9 +95,19 @@ _OFFSETS = _object_offsets()
 def _native_shim() -> Callable:
     global _shim
     if _shim is None:
-        address = host_jit().compile_helper("call-shim", _shim_ir(*_OFFSETS), (SHIM_NAME,))[SHIM_NAME]
+        address = helper_registry.ADDRESSES.get(SHIM_NAME)
+        if address is None:
+            from .llvm_jit import host_jit
+            address = host_jit().compile_helper("call-shim", _shim_ir(*_OFFSETS), (SHIM_NAME,))[SHIM_NAME]
         _shim = SHIM_SIGNATURE(address)
     return _shim
+
+
+def load_shim() -> None:
+    """Load the shim now (where this interpreter's layouts allow it), so that its cache
+    entry is known when an executable's is written (helper_registry.py)."""
+    if _OFFSETS is not None:
+        _native_shim()
 
 
 def entry_caller(address: int) -> Callable[[tuple, tuple, int | None], None]:

@@ -11,15 +11,17 @@ versions of pyxla (its number and a hash of its source), llvmlite and LLVM.
 
 An entry's payload is JSON metadata (its length first, 8 bytes) followed by a relocatable
 object (`TargetMachine.emit_object`). Nothing in the object is an address of the process
-that wrote it: the JIT's code calls the runtime's helpers (the worker pool, GEMM, GEMV,
-BLAS) by address, and before the object is made each such `inttoptr` constant is replaced
+that wrote it: the JIT's code calls the runtime's helpers (the worker pool, GEMM, GEMV)
+by address, and before the object is made each such `inttoptr` constant is replaced
 by a symbol `__pyxla_bound.<helper>` (the helper's AOT symbol, native_target.py), which a
 loading process binds to its own helper's address (`llvm.add_symbol`). Constants are globals
 of the module, so they live in the object; buffers come in through the entry's arguments.
 Where an address in the IR is not a known helper's the code is compiled as usual and not
-kept. The metadata holds the entry's name, the arena size, the output plan and the bound
-symbols; the output plan and parameter forms are recomputed from the module on load
-(cheap, no code is emitted) and checked against the metadata.
+kept. The metadata holds the entry's name, the arena size, the output plan, the bound
+symbols and the cache entries of those helpers and of the call shim (so that a process
+without LLVM can load them all: cached_executable.py); the output plan and parameter forms
+are recomputed from the module on load (cheap, no code is emitted) and checked against the
+metadata.
 """
 from __future__ import annotations
 
@@ -34,13 +36,21 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ....runtime import disk_cache
+from . import helper_registry
+from .cached_executable import (
+    BOUND,
+    FORMAT,
+    KIND,
+    executable_from_description,  # noqa: F401  (the load index's loader)
+    np_bytes,
+    np_name,
+    shape_json,
+)
+from .call_shim import SHIM_NAME, load_shim
 from .llvm_jit import LlvmJit, LoadedCode, source_fingerprint
 from .native_target import EMITTED_ADDRESSES
 from .parallel import PARALLEL_FOR, YIELD_CORES, thread_count, worker_pool
 
-KIND = "executable"
-FORMAT = "executable-1"
-BOUND = "__pyxla_bound."
 _ADDRESS = re.compile(r"inttoptr (\()?i64 (\d+) to ptr(?(1)\))")   # an instruction, or a constant expression
 
 
@@ -84,11 +94,16 @@ def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage
     if bound is None:
         return NativeCode(jit.load_object(obj, names), codegen.entry_name, codegen.arena_size, False,
                           optimised, assembly)
+    bindings = {BOUND + s: resolve(s) for s in symbols}
     meta = {"format": FORMAT, "entry": codegen.entry_name, "arena_size": codegen.arena_size,
             "outputs": _output_plan(codegen), "symbols": symbols}
+    load_shim()
+    helpers = helper_registry.entries_for([*symbols, SHIM_NAME])
+    if helpers is not None:   # (so a process without LLVM can load them: cached_executable.py)
+        meta["helpers"] = helpers
     header = json.dumps(meta, sort_keys=True).encode()
     kept = disk_cache.store(KIND, key, len(header).to_bytes(8, "little") + header + obj)
-    loaded = jit.load_object(obj, names, {BOUND + s: resolve(s) for s in symbols})
+    loaded = jit.load_object(obj, names, bindings)
     return NativeCode(loaded, codegen.entry_name, codegen.arena_size, False, optimised, assembly,
                       key if kept else None)
 
@@ -202,72 +217,3 @@ def describe_executable(executable) -> dict | None:
                 "forms": sorted(executable.parameter_forms)}
     except TypeError:
         return None
-
-
-def executable_from_description(description: dict):
-    """The executable `describe_executable` described, its code loaded from this cache; None
-    when the entry is missing or unusable. A ValueError, KeyError or TypeError when the
-    description itself is malformed. Its constant parameters with a form must be passed
-    as the FormedArgument they were packed into when it was compiled (PackedOnly)."""
-    from .executable import CpuExecutable, OutputSlot, PackedOnly
-    from .llvm_jit import host_jit
-    native = load_native(host_jit(), str(description["key"]), description["plan"])
-    if native is None:
-        return None
-    outputs = []
-    for kind, index, offset, shape, literal in description["slots"]:
-        if kind not in ("buffer", "parameter", "constant"):
-            raise ValueError(f"an output slot of kind {kind!r}")
-        value = None if literal is None else np_array(literal[0], literal[1], shape_from_json(shape))
-        outputs.append(OutputSlot(kind, int(index), int(offset), shape_from_json(shape), value))
-    sizes = [int(n) for n in description["plan"][-1]]
-    parameters = [shape_from_json(p) for p in description["parameters"]]
-    forms = {int(n): PackedOnly() for n in description["forms"]}
-    if any(not 0 <= n < len(parameters) for n in forms) or any(s.index < 0 for s in outputs):
-        raise ValueError("its parameter or output numbers are out of range")
-    executable = CpuExecutable(None, native.loaded.addresses[native.entry], outputs, sizes, native.arena_size,
-                               native.loaded, forms, parameters, shape_from_json(description["root"]))
-    executable.cache_key = native.key
-    return executable
-
-
-def shape_json(shape):
-    from ....hlo.shape import ArrayShape, TupleShape
-    if isinstance(shape, TupleShape):
-        return {"tuple": [shape_json(e) for e in shape.elements]}
-    if isinstance(shape, ArrayShape) and shape.is_static:
-        return {"dtype": shape.dtype.name, "dims": [int(d) for d in shape.dims],
-                "layout": None if shape.layout is None else list(shape.layout)}
-    raise TypeError(f"no description of shape {shape}")
-
-
-def shape_from_json(data):
-    from ....hlo.shape import ArrayShape, TupleShape
-    from ....hlo.types import element_type
-    if "tuple" in data:
-        return TupleShape(tuple(shape_from_json(e) for e in data["tuple"]))
-    dims = tuple(int(d) for d in data["dims"])
-    if any(d < 0 for d in dims):
-        raise ValueError("a negative dimension")
-    layout = data["layout"]
-    if layout is not None and sorted(int(d) for d in layout) != list(range(len(dims))):
-        raise ValueError(f"layout {layout} is not a permutation of the dimensions")
-    return ArrayShape(element_type(data["dtype"]), dims, None if layout is None else tuple(layout))
-
-
-def np_name(array) -> str:
-    from ....hlo.types import from_numpy_dtype
-    return from_numpy_dtype(array.dtype).name
-
-
-def np_bytes(array) -> str:
-    import numpy as np
-    return np.ascontiguousarray(array).tobytes().hex()
-
-
-def np_array(dtype_name: str, hex_bytes: str, shape):
-    import numpy as np
-
-    from ....hlo.types import element_type
-    dtype = element_type(dtype_name).np_dtype
-    return np.frombuffer(bytes.fromhex(hex_bytes), dtype).reshape(shape.dims).copy()

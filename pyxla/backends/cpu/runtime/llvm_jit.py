@@ -13,8 +13,6 @@ the same for every program, so their machine code is kept in the on-disk cache
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import struct
 import threading
@@ -22,13 +20,13 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
 
 from ....runtime import disk_cache
-from . import split_compile
+from ....runtime.disk_cache import source_fingerprint
+from . import helper_registry, split_compile
 
 _lock = threading.Lock()
 _EXTERNAL_DEFINE = re.compile(r'^define (?!internal )[^@\n]*@("[^"]+"|[\w.$-]+)\(', re.MULTILINE)
@@ -215,36 +213,8 @@ class LlvmJit:
             disk_cache.store(name, key, obj)
             loaded = self.load_object(obj, functions)
         _helpers.append(loaded)
+        helper_registry.record(name, key, loaded.addresses, loaded)
         return loaded.addresses
-
-
-_fingerprint: list[str] = []
-
-
-def source_fingerprint() -> str:
-    """A hash of pyxla's Python source files' names, sizes and modification times, so that
-    code changed without a new version number (a checkout, an edit) misses rather than
-    loads what older code compiled. Stat data, as Python's own bytecode cache checks it:
-    hashing the 3 MB of source would cost a warm first call about 20 ms."""
-    if not _fingerprint:
-        root = Path(__file__).resolve().parents[3]
-        h = hashlib.sha256()
-        for name, size, mtime in sorted(_source_stats(str(root), "")):
-            h.update(f"{name}\0{size}\0{mtime}\0".encode())
-        _fingerprint.append(h.hexdigest())
-    return _fingerprint[0]
-
-
-def _source_stats(folder: str, prefix: str):
-    """(relative name, size, mtime in ns) of every .py file under `folder`."""
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                if entry.name != "__pycache__":
-                    yield from _source_stats(entry.path, prefix + entry.name + "/")
-            elif entry.name.endswith(".py"):
-                st = entry.stat()
-                yield prefix + entry.name, st.st_size, st.st_mtime_ns
 
 
 _helpers: list[LoadedCode] = []    # the runtime's helpers, loaded for good

@@ -56,51 +56,32 @@ stops (its threads joined) at interpreter exit, and restarts in the child after 
 """
 from __future__ import annotations
 
-import atexit
-import ctypes
-import os
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ...llvm.ir_types import I32, I64, PTR, VOID, FunctionPointer, i64
 from ...llvm.loops import counted_loop
+from . import pool_threads
 from .llvm_jit import host_jit
 from .native_target import aot_emission, native_function
+from .pool_threads import (
+    MAX_THREADS,
+    PARALLEL_FOR,
+    POOL_FUNCTIONS,
+    RESET,
+    START,
+    STOP,
+    YIELD_CORES,
+    WorkerPool,
+    thread_count,
+)
 
-MAX_THREADS = 256
 SPIN_CYCLES = 200_000        # time-stamp counter ticks a worker spins after a job before it sleeps
 SPIN_ROUNDS = 20_000         # and at most this many checks (where the counter does not tick)
 SYNC_OBJECT_BYTES = 128      # room for a pthread_mutex_t / pthread_cond_t on every glibc target
 CACHE_LINE = 64
-
-PARALLEL_FOR = "pyxla_parallel_for"
-YIELD_CORES = "pyxla_pool_yield_cores"
-START = "pyxla_pool_start"
-STOP = "pyxla_pool_stop"
-RESET = "pyxla_pool_reset"
-
-
-def thread_count() -> int:
-    """The number of threads kernels are split over: PYXLA_NUM_THREADS, or the cores this
-    process may run on."""
-    setting = os.environ.get("PYXLA_NUM_THREADS", "").strip()
-    if setting:
-        try:
-            n = int(setting)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"PYXLA_NUM_THREADS must be a positive integer, got {setting!r}")
-        return min(n, MAX_THREADS)
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    return max(1, min(n, MAX_THREADS))
 
 
 # --- the pool as LLVM IR --------------------------------------------------------------------
@@ -408,54 +389,21 @@ class _PoolIr:
 
 # --- the process's pool -----------------------------------------------------------------------
 
-@dataclass
-class WorkerPool:
-    threads: int               # the caller and the workers
-    parallel_for: int          # addresses of the entry points
-    yield_cores: int
-    _stop: object
-    _start: object
-    _reset: object
-
-    def restart_after_fork(self) -> None:
-        self._reset()
-        self._start(self.threads - 1)
-
-    def stop(self) -> None:
-        self._stop()
-
-
-_pool: WorkerPool | None = None
-_pool_lock = threading.Lock()
-
-
 def worker_pool() -> WorkerPool | None:
     """The process's pool, started on first use; None when kernels run on one thread."""
-    global _pool
     aot = aot_emission()
     if aot is not None:   # code for an object file: its own pool, planned for the object's threads
         return aot.pool
-    if _pool is not None:
-        return _pool
+    pool = pool_threads.current()
+    if pool is not None:
+        return pool
     threads = thread_count()
     if threads == 1:
         return None
-    with _pool_lock:
-        if _pool is None:
-            names = (PARALLEL_FOR, YIELD_CORES, START, STOP, RESET)
-            triple = llvm.get_process_triple()
-            addresses = host_jit().compile_helper("worker-pool", lambda: str(_PoolIr(triple).m), names,
-                                                  recipe=(triple,))
-            start = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(addresses[START])
-            stop = ctypes.CFUNCTYPE(None)(addresses[STOP])
-            reset = ctypes.CFUNCTYPE(None)(addresses[RESET])
-            started = start(threads - 1)
-            pool = WorkerPool(started + 1, addresses[PARALLEL_FOR], addresses[YIELD_CORES], stop, start, reset)
-            atexit.register(pool.stop)
-            if hasattr(os, "register_at_fork"):
-                os.register_at_fork(after_in_child=pool.restart_after_fork)
-            _pool = pool
-    return _pool
+    triple = llvm.get_process_triple()
+    addresses = host_jit().compile_helper("worker-pool", lambda: str(_PoolIr(triple).m), POOL_FUNCTIONS,
+                                          recipe=(triple,))
+    return pool_threads.start(addresses, threads)
 
 
 # --- splitting a kernel: outlining a loop body into a task -------------------------------------

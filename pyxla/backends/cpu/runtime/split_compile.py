@@ -27,12 +27,13 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import struct
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
+
+# (several objects in one blob: the format lives with the loader that reads it without LLVM)
+from .object_loader import MAGIC, pack_objects, unpack_objects  # noqa: F401
 
 # A module smaller than this (characters of IR) compiles whole: the parts would be
 # small, and a kernel's part pays its copies of shared functions and a thread's start.
@@ -171,35 +172,6 @@ def _declaration(define_line: str) -> str:
     raise ValueError(f"no argument list in {define_line!r}")
 
 
-# --- several objects in one blob ----------------------------------------------------------------
-MAGIC = b"pyxla-objects\0"
-
-
-def pack_objects(objects: list[bytes]) -> bytes:
-    """One blob for a list of relocatable objects; a single object stays as it is."""
-    if len(objects) == 1:
-        return objects[0]
-    return MAGIC + struct.pack(f"<I{len(objects)}Q", len(objects), *map(len, objects)) + b"".join(objects)
-
-
-def unpack_objects(blob: bytes) -> list[bytes]:
-    """The objects in a blob pack_objects made (or [blob], a single object). A ValueError
-    when the blob is cut short."""
-    if not blob.startswith(MAGIC):
-        return [blob]
-    at = len(MAGIC)
-    (count,) = struct.unpack_from("<I", blob, at)
-    sizes = struct.unpack_from(f"<{count}Q", blob, at + 4)
-    at += 4 + 8 * count
-    objects = []
-    for size in sizes:
-        objects.append(blob[at:at + size])
-        at += size
-    if at != len(blob) or any(len(o) != s for o, s in zip(objects, sizes)):
-        raise ValueError("a packed object blob is cut short or too long")
-    return objects
-
-
 # --- compiling parts in threads -----------------------------------------------------------------
 class _Unlocked:
     """llvmlite's library through a ctypes handle of its own, for the two calls that only
@@ -279,6 +251,8 @@ def compile_parts(jit, texts: list[str], threads: int) -> tuple[list[bytes], dic
     if threads < 2 or len(texts) < 2:
         compiled = [compile_part(jit, t) for t in texts]
     else:
+        # (imported here: a process that only loads cached code never compiles)
+        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=min(threads, len(texts)), thread_name_prefix="pyxla-llvm") as pool:
             compiled = list(pool.map(lambda t: compile_part(jit, t), texts))
     return [obj for obj, _, _ in compiled], {"LLVM optimisation cpu": sum(c[1] for c in compiled),
