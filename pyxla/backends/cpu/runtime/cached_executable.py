@@ -68,10 +68,9 @@ def load_without_llvm(key: str, output_plan: list) -> _Native | None:
     if payload is None:
         return None
     try:
-        length = int.from_bytes(payload[:8], "little")
-        meta = json.loads(payload[8:8 + length])
+        meta, obj = entry_parts(payload, output_plan)
         helpers = meta.get("helpers")
-        if meta.get("format") != FORMAT or meta["outputs"] != output_plan or not isinstance(helpers, dict):
+        if not isinstance(helpers, dict):
             return None
         symbols = {}
         for symbol in meta["symbols"]:
@@ -81,11 +80,20 @@ def load_without_llvm(key: str, output_plan: list) -> _Native | None:
             symbols[BOUND + symbol] = address
         if SHIM_NAME not in helper_registry.ADDRESSES and _helper(SHIM_NAME, helpers.get(SHIM_NAME)) is None:
             return None
-        objects = object_loader.unpack_objects(payload[8 + length:])
-        loaded = object_loader.load_objects(objects, (meta["entry"],), symbols)
+        loaded = object_loader.load_objects(object_loader.unpack_objects(obj), (meta["entry"],), symbols)
         return _Native(loaded, meta["entry"], int(meta["arena_size"]), key)
     except (object_loader.UnsupportedObject, ValueError, KeyError, TypeError):
         return None   # (load_native reads the entry again and says what is wrong with it)
+
+
+def entry_parts(payload: bytes, output_plan: list) -> tuple[dict, bytes]:
+    """An executable entry's metadata and object; a ValueError when its metadata is not of
+    this format or does not hold `output_plan`."""
+    length = int.from_bytes(payload[:8], "little")
+    meta = json.loads(payload[8:8 + length])
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta["outputs"] != output_plan:
+        raise ValueError("its metadata does not fit the module")
+    return meta, payload[8 + length:]
 
 
 def _helper(symbol: str, entry) -> int | None:

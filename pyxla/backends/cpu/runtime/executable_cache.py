@@ -41,6 +41,7 @@ from .cached_executable import (
     BOUND,
     FORMAT,
     KIND,
+    entry_parts,
     executable_from_description,  # noqa: F401  (the load index's loader)
     np_bytes,
     np_name,
@@ -124,12 +125,9 @@ def load_native(jit: LlvmJit, key: str, output_plan: list) -> NativeCode | None:
     if payload is None:
         return None
     try:
-        length = int.from_bytes(payload[:8], "little")
-        meta = json.loads(payload[8:8 + length])
-        if meta.get("format") != FORMAT or meta["outputs"] != output_plan:
-            raise ValueError("its metadata does not fit the module")
+        meta, obj = entry_parts(payload, output_plan)
         symbols = {BOUND + s: resolve(s) for s in meta["symbols"]}
-        loaded = jit.load_object(payload[8 + length:], (meta["entry"],), symbols)
+        loaded = jit.load_object(obj, (meta["entry"],), symbols)
         return NativeCode(loaded, meta["entry"], int(meta["arena_size"]), True, key=key)
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         disk_cache.discard(KIND, key, f"unusable ({e})")
