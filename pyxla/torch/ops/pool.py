@@ -3,6 +3,9 @@ average pooling, for any number of spatial dimensions. ceil_mode's extra end pad
 derived from the result's shape in the node's metadata."""
 from __future__ import annotations
 
+import functools
+import itertools
+
 import numpy as np
 
 from ... import lax
@@ -35,6 +38,8 @@ def max_pool_with_indices(ctx, x, kernel, stride=(), padding=0, dilation=1, ceil
         # with the convolutions around it, and the pool kernels take it), no indices
         values = lax.reduce_window_max(x, dims, strides, pads, window_dilation=dil)
         return values, pnp.zeros(ctx.out_shape(1), np.int64)
+    if _tiles(x.shape[-n:], out_shape[-n:], dims[-n:], strides[-n:], pads[-n:], dil[-n:]):
+        return _tiled_max_with_indices(x, dims[-n:], out_shape[-n:])
     plane = int(np.prod(x.shape[-n:]))
     index = pnp.broadcast_to(pnp.reshape(lax.iota(np.int64, plane), x.shape[-n:]), x.shape)
     low = np.array(-np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min, x.dtype)
@@ -42,11 +47,49 @@ def max_pool_with_indices(ctx, x, kernel, stride=(), padding=0, dilation=1, ceil
     def pick(a, b):
         (av, ai), (bv, bi) = a, b
         take_b = pnp.logical_or(bv > av, pnp.logical_and(bv == av, bi < ai))
-        take_b = pnp.logical_or(take_b, pnp.logical_and(bv != bv, av == av))   # NaN wins
+        # NaN wins, the last NaN of the window as eager PyTorch's scan takes it
+        take_b = pnp.logical_or(take_b, pnp.logical_and(bv != bv, pnp.logical_or(av == av, bi > ai)))
         return pnp.where(take_b, bv, av), pnp.where(take_b, bi, ai)
     values, indices = lax.reduce_window((x, index), (low, np.array(plane, np.int64)), pick, dims, strides,
                                         pads, window_dilation=dil)
     return values, indices
+
+
+def _tiles(size, out, kernel, stride, pads, dilation) -> bool:
+    """Whether the windows tile the input without overlap or padding (stride = kernel, no
+    dilation; trailing elements past the last whole window are left out)."""
+    return all(s == k and d == 1 and lo == 0 and hi <= 0 and o * k <= n
+               for n, o, k, s, (lo, hi), d in zip(size, out, kernel, stride, pads, dilation))
+
+
+def _tiled_max_with_indices(x, kernel, out_spatial):
+    """Max pooling with indices where the windows tile the input (the common CNN case, 2x2
+    stride 2): the window's k1 x k2 ... elements are strided slices of x, the maximum their
+    elementwise maximum and the index the first element equal to it, or the last NaN when
+    there is one (eager PyTorch's scan: `val > max || isnan(val)`): elementwise work that
+    fuses into one loop, instead of a reduce-window over (value, index) pairs fed by an s64
+    iota as large as x."""
+    n = len(kernel)
+    lead = x.ndim - n
+    spatial = x.shape[-n:]
+    offsets = list(itertools.product(*(range(k) for k in kernel)))
+    parts = []
+    for off in offsets:
+        start = [0] * lead + list(off)
+        limit = list(x.shape[:lead]) + [o + (m - 1) * k + 1 for o, m, k in zip(off, out_spatial, kernel)]
+        parts.append(lax.slice(x, start, limit, [1] * lead + list(kernel)))
+    values = functools.reduce(pnp.maximum, parts)
+    out_shape = values.shape
+    place = [int(np.prod(spatial[d + 1:])) for d in range(n)]          # a step along dim d in the plane
+    corner = functools.reduce(pnp.add, [lax.broadcasted_iota(np.int64, out_shape, lead + d) * (kernel[d] * place[d])
+                                        for d in range(n)])
+    heres = [corner + np.int64(sum(o * p for o, p in zip(off, place))) for off in offsets]
+    index = heres[-1]
+    for here, part in reversed(list(zip(heres[:-1], parts[:-1]))):   # (the first match is applied last)
+        index = pnp.where(part == values, here, index)
+    for here, part in zip(heres, parts):                             # (the last NaN is applied last)
+        index = pnp.where(part != part, here, index)
+    return values, index
 
 
 @lowering("max_pool2d_with_indices_backward.default", "max_pool3d_with_indices_backward.default")
