@@ -27,9 +27,8 @@ from ...llvm.ir_types import I8, i64, smin
 from ...llvm.loops import counted_loop
 from ..runtime.parallel import worker_pool
 from ..tuning.params import GemmParams
-from ..tuning.selection import gemm_params
 from .gemm import emit_own_gemm, tiling, workspace_bytes
-from .plan import GemmPanels
+from .plan import GemmPanels, gemm_blocking
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ def emit_dot_tasks(kernel, dtype_name: str, out_ptr, a_ptr, b_ptr, batch_dims: t
     for d in batch_dims:
         batch *= d
     size = 8 if dtype_name == "f64" else 4
-    params = gemm_params(dtype_name, batch, m, n, k, a_transposed, b_transposed)
+    params = gemm_blocking(dtype_name, batch, m, n, k, a_transposed, b_transposed)
     if packed_b is not None:
         params = packed_b.params
         if (packed_b.dtype, packed_b.batch, packed_b.k, packed_b.n, packed_b.transposed) != \
