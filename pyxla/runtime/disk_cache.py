@@ -4,7 +4,9 @@ everything its bytes depend on. One implementation serves the runtime's native h
 
 Where: `PYXLA_CACHE_DIR`, else `$XDG_CACHE_HOME/pyxla`, else `~/.cache/pyxla`;
 `PYXLA_CACHE_DIR=` (empty) turns the cache off. Size: `PYXLA_CACHE_MAX_BYTES` (default
-2 GiB); past it the least recently used entries are deleted.
+2 GiB); past it the least recently used entries are deleted (checked by listing the
+directory on a process's first store into it, when what it has stored since may pass the
+limit, and every 64 stores).
 
 An entry is one file, `<kind>-<key>.bin`: a header (magic and format number, the entry's
 kind and key, the payload's length and its SHA-256) followed by the payload.
@@ -360,7 +362,7 @@ def store(kind: str, key: str, payload) -> bool:
         except BaseException:
             os.unlink(temporary)
             raise
-        evict(dir_fd, path.parent, keep=path.name)
+        _account(dir_fd, path.parent, path.name, _HEADER.size + length)
         return True
     except OSError as e:
         _warn_once("unwritable", path.parent, f"cannot write to {path.parent} ({e}); set PYXLA_CACHE_DIR to a "
@@ -392,9 +394,26 @@ def _entries(dir_fd: int) -> list[Entry]:
     return sorted(found, key=lambda e: e.name)
 
 
-def evict(dir_fd: int, folder: Path, keep: str | None = None) -> list[str]:
+# folder -> (bytes of its entries when last listed plus those stored since, stores since)
+_known_bytes: dict[Path, tuple[int, int]] = {}
+RELIST_EVERY = 64   # stores into a folder between listings (to see other processes' entries)
+
+
+def _account(dir_fd: int, folder: Path, name: str, size: int) -> None:
+    """After an entry of `size` bytes was stored: evict when the folder may have outgrown
+    the size limit. Listing the folder stats every entry (tens of milliseconds for a few
+    thousand), so it is listed on the first store into it in this process, when the bytes
+    known since pass the limit, and every RELIST_EVERY stores, not on every store."""
+    known = _known_bytes.get(folder)
+    if known is not None and known[1] < RELIST_EVERY and known[0] + size <= max_bytes():
+        _known_bytes[folder] = (known[0] + size, known[1] + 1)
+        return
+    _known_bytes[folder] = (evict(dir_fd, folder, keep=name)[1], 0)
+
+
+def evict(dir_fd: int, folder: Path, keep: str | None = None) -> tuple[list[str], int]:
     """Delete the least recently used entries until the rest fit the size limit (never
-    `keep`, the entry just written); the names deleted."""
+    `keep`, the entry just written); (the names deleted, the bytes of those left)."""
     entries = _entries(dir_fd)
     total, limit, gone = sum(e.size for e in entries), max_bytes(), []
     for entry in sorted(entries, key=lambda e: e.last_used):
@@ -408,7 +427,7 @@ def evict(dir_fd: int, folder: Path, keep: str | None = None) -> list[str]:
             pass   # another process evicted it first
         total -= entry.size
         gone.append(entry.name)
-    return gone
+    return gone, total
 
 
 def info() -> dict:
@@ -440,6 +459,7 @@ def clear() -> int:
     dir_fd = None if folder is None else _open_directory(folder, create=False)
     if dir_fd is None:
         return 0
+    _known_bytes.pop(folder, None)
     try:
         entries = _entries(dir_fd)
         for entry in entries:

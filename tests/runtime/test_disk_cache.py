@@ -130,3 +130,25 @@ def test_unwritable_directory_warns_once(tmp_path, monkeypatch, rng):
         warnings.simplefilter("error")
         disk_cache.store("thing", "k2", payload(rng))   # reported once per directory
         assert disk_cache.load("thing", "k1") is None
+
+
+def test_a_store_lists_the_directory_only_when_it_may_have_outgrown_the_limit(cache_dir, rng, monkeypatch):
+    """Listing the directory stats every entry; stores list it on the first store, when
+    the bytes stored since may pass the limit, and every RELIST_EVERY stores."""
+    listed = []
+    entries = disk_cache._entries
+    monkeypatch.setattr(disk_cache, "_entries", lambda fd: listed.append(1) or entries(fd))
+    for n in range(5):
+        disk_cache.store("thing", f"k{n}", payload(rng, 1000))
+    assert len(listed) == 1
+    monkeypatch.setenv("PYXLA_CACHE_MAX_BYTES", str(7 * 1200))
+    for n in range(5, 9):
+        disk_cache.store("thing", f"k{n}", payload(rng, 1000))
+    assert len(listed) >= 2                                        # past the limit: listed and evicted
+    kept = [n for n in range(9) if disk_cache.entry_path("thing", f"k{n}").exists()]
+    assert 0 < len(kept) <= 7 and 8 in kept
+    monkeypatch.delenv("PYXLA_CACHE_MAX_BYTES")
+    before = len(listed)
+    for n in range(disk_cache.RELIST_EVERY + 1):
+        disk_cache.store("thing", f"again{n}", payload(rng, 10))
+    assert len(listed) == before + 1                               # once in RELIST_EVERY stores
