@@ -8,7 +8,7 @@ helpers its code calls (the worker pool, GEMM and GEMV kernels) and of the call 
 object_loader.py, without importing llvmlite (whose library alone takes a warm process
 20-50 ms to load): each helper once per process, the pool started from its object. Where
 that cannot be done (an entry written before helpers were recorded, one missing, an object
-the loader does not take) the code is loaded through LLVM as before
+the loader does not take) the code is loaded through LLVM instead
 (executable_cache.load_native), with the same result.
 """
 from __future__ import annotations
