@@ -206,6 +206,14 @@ def measure(workloads, peers: dict, rounds: int, calls: int, own: set[int]) -> d
 SPIN_WINDOWS_S = (0.005, 0.02, 0.05, 0.1, 0.2, 0.4)
 
 
+def set_settle(seconds: float) -> None:
+    """The pause before each scenario and spin measurement, and the spin windows scaled with
+    it (a quick check of the harness shortens both)."""
+    global SETTLE_S, SPIN_WINDOWS_S
+    scale = seconds / SETTLE_S
+    SETTLE_S, SPIN_WINDOWS_S = seconds, tuple(w * scale for w in SPIN_WINDOWS_S)
+
+
 def spin_after(call, own: set[int], repeats: int = 3) -> list[float]:
     """How long a library's threads keep cores busy after its call returns, nothing else of
     this process running (the caller sleeps): the cores they kept busy in each window
@@ -314,7 +322,10 @@ def main(argv=None) -> None:
                         help="the peers configured so that their threads sleep right after a call "
                              "(the process restarts itself with IDLE_PEERS_ENVIRONMENT)")
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--settle-s", type=float, default=SETTLE_S,
+                        help="pause before each scenario and spin measurement (shorter: a quick check only)")
     ns = parser.parse_args(argv)
+    set_settle(ns.settle_s)
     if ns.idle_peers and not idle_peers():   # the libraries read these when they load: start afresh
         os.execve(sys.executable, [sys.executable, "-m", "benchmarks.cotenancy", *(argv or sys.argv[1:])],
                   {**os.environ, **IDLE_PEERS_ENVIRONMENT})
