@@ -194,8 +194,15 @@ def not_duplicated(comp) -> frozenset[HloInstruction]:
         read = sum(o.shape.byte_size for o in producer.operands if isinstance(o.shape, ArrayShape))
         if read <= producer.shape.byte_size:
             continue   # duplicating the operands moves no more bytes than materialising
-        kept.update(o for o in producer.operands if o.opcode not in FREE_TO_DUPLICATE)
+        kept.update(o for o in producer.operands if o.opcode not in FREE_TO_DUPLICATE and not _no_chain(o))
     return frozenset(kept)
+
+
+def _no_chain(operand: HloInstruction) -> bool:
+    """An operand with no chain behind it: it reads only parameters and constants (a slice
+    of an argument, say), so a copy in every consumer reads what the materialised value's
+    readers would read, and repeats no other work."""
+    return all(o.opcode in ("parameter", "constant") or o.opcode in FREE_TO_DUPLICATE for o in operand.operands)
 
 
 def _uses_per_row(param: HloInstruction, reduced: tuple, rows: tuple, kept: tuple) -> str | None:

@@ -202,6 +202,30 @@ def test_a_residual_stream_read_by_layer_norms_is_not_recomputed(rng):
     assert_same_values(parse_module(text), module, rng, rtol=1e-5)
 
 
+def test_an_operand_with_no_chain_behind_it_is_still_duplicated(rng):
+    """The rule above keeps the operands of a value several consumers recompute, so that no
+    chain is repeated; a slice of an argument has no chain behind it (a copy in each consumer
+    reads what the materialised slice's readers would), so it is fused, not left a kernel of
+    its own (a max pool's strided slices, read by its maximum and its index)."""
+    text = """HloModule pool_like
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  a = f32[8,8] slice(x), slice={[0:8], [0:16:2]}
+  b = f32[8,8] slice(x), slice={[0:8], [1:16:2]}
+  m = f32[8,8] maximum(a, b)
+  two = f32[] constant(2)
+  twos = f32[8,8] broadcast(two), dimensions={}
+  v = f32[8,8] multiply(m, twos)
+  e = pred[8,8] compare(b, m), direction=EQ
+  i = f32[8,8] select(e, twos, m)
+  ROOT t = (f32[8,8], f32[8,8]) tuple(v, i)
+}
+"""
+    module = fused(text)
+    assert not [k for k in kernels(module.entry) if k.opcode == "slice"], module.to_text()
+    assert_same_values(parse_module(text), module, rng, rtol=0)
+
+
 def test_never_fuses_across_control_flow_or_custom_calls(rng):
     text = """
 HloModule boundaries
