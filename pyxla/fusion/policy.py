@@ -198,11 +198,14 @@ def not_duplicated(comp) -> frozenset[HloInstruction]:
     return frozenset(kept)
 
 
+_LEAVES = FREE_TO_DUPLICATE | {"parameter", "constant"}
+
+
 def _no_chain(operand: HloInstruction) -> bool:
     """An operand with no chain behind it: it reads only parameters and constants (a slice
     of an argument, say), so a copy in every consumer reads what the materialised value's
     readers would read, and repeats no other work."""
-    return all(o.opcode in ("parameter", "constant") or o.opcode in FREE_TO_DUPLICATE for o in operand.operands)
+    return all(o.opcode in _LEAVES for o in operand.operands)
 
 
 def _uses_per_row(param: HloInstruction, reduced: tuple, rows: tuple, kept: tuple) -> str | None:

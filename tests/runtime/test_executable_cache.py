@@ -16,7 +16,7 @@ import pytest
 
 import pyxla
 from pyxla.backends import get_backend
-from pyxla.backends.cpu.runtime import executable_cache, llvm_jit
+from pyxla.backends.cpu.runtime import cached_executable, executable_cache, llvm_jit
 from pyxla.conformance import default_corpus
 from pyxla.hlo.stablehlo import parse_program
 from pyxla.runtime import disk_cache
@@ -310,7 +310,7 @@ def test_executable_made_from_its_description_matches_bit_for_bit(cache_dir, rng
         def refuse(*args, **kwargs):
             raise object_loader.UnsupportedObject("refused for the test")
         monkeypatch.setattr(object_loader, "load_objects", refuse)
-    made = executable_cache.executable_from_description(description)
+    made = cached_executable.executable_from_description(description)
     assert made.module is None and len(through_llvm) == (loader == "llvm")
     x = rng.standard_normal((8, 16)).astype(np.float32)
     w = np.asfortranarray(rng.standard_normal((16, 4)).astype(np.float32))
@@ -329,11 +329,11 @@ def test_description_of_other_code_or_a_bad_shape_is_refused(cache_dir):
     description = executable_cache.describe_executable(compiled)
     other = dict(description, plan=[[k, i, o + 4] for k, i, o in description["plan"][:-1]] + [description["plan"][-1]])
     with pytest.warns(CacheWarning, match="does not fit"):
-        assert executable_cache.executable_from_description(other) is None   # the entry is deleted
-    assert executable_cache.executable_from_description(description) is None   # (gone: a miss)
+        assert cached_executable.executable_from_description(other) is None   # the entry is deleted
+    assert cached_executable.executable_from_description(description) is None   # (gone: a miss)
     compiled = _compile(TUPLE_OUT)   # compiled and kept again
     bad = dict(description, parameters=[{"dtype": "f32", "dims": [8, 16], "layout": [0, 0]}] +
                description["parameters"][1:])
     with pytest.raises(ValueError, match="permutation"):
-        executable_cache.executable_from_description(bad)
+        cached_executable.executable_from_description(bad)
     assert executable_cache.describe_executable(_compile(ADD_ONE)) is not None

@@ -14,6 +14,7 @@ the loader does not take) the code is loaded through LLVM instead
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from ....runtime import disk_cache
 from . import helper_registry, object_loader, pool_threads
@@ -25,9 +26,15 @@ FORMAT = "executable-1"
 BOUND = "__pyxla_bound."   # prefix of the symbols an object calls the runtime's helpers by
 
 
-class _Native:
-    def __init__(self, loaded, entry: str, arena_size: int, key: str):
-        self.loaded, self.entry, self.arena_size, self.key = loaded, entry, arena_size, key
+@dataclass
+class NativeCode:
+    loaded: object               # LoadedCode (LLVM's engine) or LoadedObject (object_loader)
+    entry: str
+    arena_size: int
+    cached: bool                 # loaded from the cache
+    optimised_ir: str = ""
+    assembly: str | None = None
+    key: str | None = None       # its entry's key, when it is (or was just) kept in the cache
 
 
 def executable_from_description(description: dict):
@@ -61,7 +68,7 @@ def executable_from_description(description: dict):
     return executable
 
 
-def load_without_llvm(key: str, output_plan: list) -> _Native | None:
+def load_without_llvm(key: str, output_plan: list) -> NativeCode | None:
     """The executable cache's entry `key` loaded by object_loader with the helpers it
     records, or None where that cannot be done (the caller then loads it through LLVM)."""
     payload = disk_cache.load(KIND, key)
@@ -81,7 +88,7 @@ def load_without_llvm(key: str, output_plan: list) -> _Native | None:
         if SHIM_NAME not in helper_registry.ADDRESSES and _helper(SHIM_NAME, helpers.get(SHIM_NAME)) is None:
             return None
         loaded = object_loader.load_objects(object_loader.unpack_objects(obj), (meta["entry"],), symbols)
-        return _Native(loaded, meta["entry"], int(meta["arena_size"]), key)
+        return NativeCode(loaded, meta["entry"], int(meta["arena_size"]), True, key=key)
     except (object_loader.UnsupportedObject, ValueError, KeyError, TypeError):
         return None   # (load_native reads the entry again and says what is wrong with it)
 
@@ -100,10 +107,10 @@ def _helper(symbol: str, entry) -> int | None:
     """This process's address of helper function `symbol`, loading its cache `entry`
     ([kind, key, functions]) when no helper of that name is loaded yet."""
     if symbol in (pool_threads.PARALLEL_FOR, pool_threads.YIELD_CORES):
-        pool = pool_threads.current()
-        if pool is None and pool_threads.thread_count() > 1 and entry is not None:
+        pool, threads = pool_threads.current(), pool_threads.thread_count()
+        if pool is None and threads > 1 and entry is not None:
             addresses = _load_helper(entry)
-            pool = None if addresses is None else pool_threads.start(addresses, pool_threads.thread_count())
+            pool = None if addresses is None else pool_threads.start(addresses, threads)
         if pool is None:
             return None
         return pool.parallel_for if symbol == pool_threads.PARALLEL_FOR else pool.yield_cores

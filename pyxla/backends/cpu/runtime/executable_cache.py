@@ -30,40 +30,29 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
 
 import llvmlite
 import llvmlite.binding as llvm
 
 from ....runtime import disk_cache
+from ....runtime.disk_cache import source_fingerprint
 from . import helper_registry
 from .cached_executable import (
     BOUND,
     FORMAT,
     KIND,
+    NativeCode,
     entry_parts,
-    executable_from_description,  # noqa: F401  (the load index's loader)
     np_bytes,
     np_name,
     shape_json,
 )
 from .call_shim import SHIM_NAME, load_shim
-from .llvm_jit import LlvmJit, LoadedCode, source_fingerprint
+from .llvm_jit import LlvmJit
 from .native_target import EMITTED_ADDRESSES
 from .parallel import PARALLEL_FOR, YIELD_CORES, thread_count, worker_pool
 
 _ADDRESS = re.compile(r"inttoptr (\()?i64 (\d+) to ptr(?(1)\))")   # an instruction, or a constant expression
-
-
-@dataclass
-class NativeCode:
-    loaded: LoadedCode
-    entry: str
-    arena_size: int
-    cached: bool                 # loaded from the cache
-    optimised_ir: str = ""
-    assembly: str | None = None
-    key: str | None = None       # its entry's key, when it is (or was just) kept in the cache
 
 
 def compile_entry(jit: LlvmJit, codegen, module_text: str, options: tuple, stage_seconds: dict,

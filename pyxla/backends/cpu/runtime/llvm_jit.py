@@ -212,12 +212,10 @@ class LlvmJit:
             obj = self.emit_object(ir_text() if callable(ir_text) else ir_text)[0]
             disk_cache.store(name, key, obj)
             loaded = self.load_object(obj, functions)
-        _helpers.append(loaded)
         helper_registry.record(name, key, loaded.addresses, loaded)
         return loaded.addresses
 
 
-_helpers: list[LoadedCode] = []    # the runtime's helpers, loaded for good
 _live_engines = [0]
 
 
