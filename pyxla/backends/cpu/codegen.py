@@ -770,8 +770,8 @@ class KernelEmitter:
             if ones_before:
                 return lead + tuple(prefix) + (i, j)
             return tuple(delinearize(b, i, shape.dims[:-1], default_layout(shape.rank - 1))) + (j,)
-        in_place = epilogue_in_place(dot, root)
-        product_ptr = self.out_ptr if in_place else self.reserve_scratch(shape.byte_size)
+        in_place = plan.epilogue_by_rows and epilogue_in_place(dot, root)
+        product_ptr = self.out_ptr if in_place else self.reserve_scratch(dot.shape.byte_size)
         if root is not dot:
             self.e.buffer_reads[id(dot)] = lambda index: self.load(product_ptr, dot.shape, index)
 

@@ -32,6 +32,11 @@ class GemmPlan:
     k: int
     a_transposed: bool
     b_transposed: bool
+    # the kernel's result holds the product's elements where the product would (its dims, or
+    # the same rows reshaped: fusion/policy.py same_rows) in the product's type, so an epilogue
+    # can write each block as it is computed; else the product goes to scratch first and the
+    # epilogue (a convert to another type, say) runs over the result afterwards
+    epilogue_by_rows: bool = True
 
     @property
     def batch(self) -> int:
@@ -40,12 +45,11 @@ class GemmPlan:
 
 def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | None:
     """The plan of the dot `root` computes (itself, or the dot inside its fusion `fused`,
-    whose operands must then be the fusion's parameters), writing `result` (the dot's dims, or
-    an epilogue's that reshapes its rows, fusion/policy.py same_rows: the same row-major
-    bytes); None when the
-    dot does not fit the matrix-product kernels (the elemental loops then compute it): not
-    f32/f64, batch dimensions not leading, several contracting dimensions, layouts not
-    row-major, or an empty product."""
+    whose operands must then be the fusion's parameters), the kernel writing `result`
+    (epilogue_by_rows says whether that is the product's bytes); None when the dot does not
+    fit the matrix-product kernels (the elemental loops then compute it): not f32/f64, batch
+    dimensions not leading, several contracting dimensions, layouts not row-major, or an
+    empty product."""
     dot = root if root.opcode == "dot" else next((i for i in fused.instructions if i.opcode == "dot"), None)
     if dot is None:
         return None
@@ -62,10 +66,11 @@ def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | Non
     if len(a.get("lhs_contracting_dims", ())) != 1 or len(a.get("rhs_contracting_dims", ())) != 1:
         return None
     lshape, rshape, oshape = lhs.shape, rhs.shape, dot.shape
-    # an epilogue's result may reshape the product's rows (fusion/policy.py same_rows)
-    if not all(s.is_row_major for s in (lshape, rshape, oshape, result)) or \
-            not (result.dims == oshape.dims or same_rows(result.dims, oshape.dims)):
+    if not all(s.is_row_major for s in (lshape, rshape, oshape)) or not isinstance(result, ArrayShape):
         return None
+    # an epilogue's result may reshape the product's rows (fusion/policy.py same_rows)
+    by_rows = result.is_row_major and result.dtype == t and \
+        (result.dims == oshape.dims or same_rows(result.dims, oshape.dims))
     lc, rc = a["lhs_contracting_dims"][0], a["rhs_contracting_dims"][0]
     k = lshape.dims[lc]
     m = lshape.size // max(1, k) // max(1, prod(lshape.dims[:nb]))
@@ -73,9 +78,9 @@ def plan_gemm(root: HloInstruction, fused, result: ArrayShape) -> GemmPlan | Non
     a_transposed = lshape.rank == nb + 2 and lc == nb
     b_transposed = rshape.rank == nb + 2 and rc == nb + 1
     batch_dims = tuple(oshape.dims[:nb])
-    if prod(batch_dims) == 0 or m == 0 or n == 0 or k == 0 or result.dtype != t:
+    if prod(batch_dims) == 0 or m == 0 or n == 0 or k == 0:
         return None
-    return GemmPlan(dot, t.name, batch_dims, m, n, k, a_transposed, b_transposed)
+    return GemmPlan(dot, t.name, batch_dims, m, n, k, a_transposed, b_transposed, by_rows)
 
 
 # --- a constant B in the GEMM's panels ------------------------------------------------------------
