@@ -12,6 +12,11 @@
   keeps as a value of no arrays.
 - A dot or convolution of two operand types (s8 x s16, f16 x f32) gets its operands
   converted to the result type, as XLA's operand upcaster does; the kernels take one type.
+- A dot or convolution of f16 or bf16 operands is computed in f32 between converts, as
+  XLA's CPU compiler does: the GEMM and convolution kernels are f32/f64, and the elemental
+  loops (which also sum in f32, the half types' compute type) ran a bf16 256x256x256 product
+  50x slower than its f32 GEMM. The sums are the same f32 sums in another order; the result
+  is rounded to the half type once.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from ...hlo.instruction import HloInstruction
 from ...hlo.module import HloModule
 from ...hlo.ops import has_side_effects
 from ...hlo.shape import Shape, TokenShape, TupleShape
+from ...hlo.types import F32
 
 
 def lower_for_cpu(module: HloModule) -> bool:
@@ -33,7 +39,8 @@ def lower_for_cpu(module: HloModule) -> bool:
     changed = expand_instructions(module.computations, module.fresh_name, add_computation=add_computation)
     changed = _remove_identity_loops(module) or changed
     changed = _tokens_as_empty_tuples(module) or changed
-    return _upcast_mixed_operands(module) or changed
+    changed = _upcast_mixed_operands(module) or changed
+    return _half_products_in_f32(module) or changed
 
 
 def _remove_identity_loops(module: HloModule) -> bool:
@@ -105,6 +112,31 @@ def _upcast_mixed_operands(module: HloModule) -> bool:
                     convert = comp.add_instruction(HloInstruction(
                         module.fresh_name("convert"), "convert", operand.array_shape.with_dtype(result), [operand]))
                     instr.replace_operand(operand, convert)
+            changed = True
+        if changed:
+            comp.sort_topologically()
+    return changed
+
+
+HALF_TYPES = ("f16", "bf16")
+
+
+def _half_products_in_f32(module: HloModule) -> bool:
+    changed = False
+    for comp in module.computations:
+        for instr in list(comp.instructions):
+            if instr.opcode not in ("dot", "convolution") or instr.array_shape.dtype.name not in HALF_TYPES + ("f32",) \
+                    or not all(op.array_shape.dtype.name in HALF_TYPES for op in instr.operands):
+                continue
+            wide = [comp.add_instruction(HloInstruction(module.fresh_name("convert"), "convert",
+                                                        op.array_shape.with_dtype(F32), [op]))
+                    for op in instr.operands]
+            result = instr.array_shape
+            product = comp.add_instruction(HloInstruction(module.fresh_name(instr.opcode), instr.opcode,
+                                                          result.with_dtype(F32), wide, instr.attrs))
+            narrow = product if result.dtype == F32 else comp.add_instruction(HloInstruction(
+                module.fresh_name("convert"), "convert", result, [product]))
+            comp.replace_instruction(instr, narrow)
             changed = True
         if changed:
             comp.sort_topologically()

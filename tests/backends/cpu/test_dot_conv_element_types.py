@@ -87,3 +87,32 @@ def test_pred_dot_is_or_of_ands():
     b = np.array([[True], [True], [True]])
     got = get_backend("cpu").compile(parse_module(text)).run_flat([a, b])[0]
     assert got.tolist() == [[True]]
+
+
+HALF = {"f16": np.float16, "bf16": element_type("bf16").np_dtype}
+
+
+@pytest.mark.parametrize("t", sorted(HALF))
+@pytest.mark.parametrize("kind, form", [("dot", f) for f in DOTS] + [("convolution", f) for f in CONVS])
+def test_half_precision_products_run_in_f32_and_round_once(t, kind, form, rng):
+    """A f16/bf16 dot or convolution is the f32 product of the same values rounded once
+    (hlo_lowering.py): the same bits as the f32 module's result converted, and no half-type
+    product left in the compiled module (the GEMM and convolution kernels are f32/f64)."""
+    if kind == "dot":
+        lhs, rhs, out, dims = DOTS[form]
+        body = lambda u, v: f"  ROOT d = {u}{out} dot(a, b), {dims}\n"   # noqa: E731
+    else:
+        lhs, rhs, out, window, labels, groups = CONVS[form]
+        body = lambda u, v: (f"  ROOT d = {u}{out} convolution(a, b), window={{{window}}}, dim_labels={labels}, "   # noqa: E731
+                             f"feature_group_count={groups}\n")
+
+    def text(u):
+        return f"HloModule m\nENTRY e {{\n  a = {u}{lhs} parameter(0)\n  b = {u}{rhs} parameter(1)\n{body(u, u)}}}\n"
+    inputs = [_values(t, _dims(lhs), rng), _values(t, _dims(rhs), rng)]
+    half = get_backend("cpu").compile(parse_module(text(t)))
+    got = half.run_flat(inputs)[0]
+    wide = get_backend("cpu").compile(parse_module(text("f32"))).run_flat([x.astype(np.float32) for x in inputs])[0]
+    assert got.dtype == HALF[t]
+    np.testing.assert_array_equal(got, wide.astype(HALF[t]))
+    products = [i for c in half.module.computations for i in c.instructions if i.opcode == kind]
+    assert products and all(i.shape.dtype.name == "f32" for i in products)
