@@ -116,3 +116,28 @@ def test_half_precision_products_run_in_f32_and_round_once(t, kind, form, rng):
     np.testing.assert_array_equal(got, wide.astype(HALF[t]))
     products = [i for c in half.module.computations for i in c.instructions if i.opcode == kind]
     assert products and all(i.shape.dtype.name == "f32" for i in products)
+
+
+@pytest.mark.parametrize("t", ["s8", "u8", "s16", "u16"])
+@pytest.mark.parametrize("kind, form", [("dot", f) for f in DOTS] + [("convolution", f) for f in CONVS])
+def test_narrow_integer_products_run_in_f64_and_wrap(t, kind, form, rng):
+    """An 8- or 16-bit integer dot or convolution (full-range values, so that the sums wrap
+    in the narrow result) is computed as an f64 product, exact there, wrapped through s64
+    (hlo_lowering.py): the integers of NumPy's int64 product wrapped to the result type, and
+    no integer product left in the compiled module."""
+    if kind == "dot":
+        lhs, rhs, out, dims = DOTS[form]
+        tail = dims
+    else:
+        lhs, rhs, out, window, labels, groups = CONVS[form]
+        tail = f"window={{{window}}}, dim_labels={labels}, feature_group_count={groups}"
+    text = (f"HloModule m\nENTRY e {{\n  a = {t}{lhs} parameter(0)\n  b = {t}{rhs} parameter(1)\n"
+            f"  ROOT d = {t}{out} {kind}(a, b), {tail}\n}}\n")
+    inputs = [_values(t, _dims(lhs), rng), _values(t, _dims(rhs), rng)]
+    compiled = get_backend("cpu").compile(parse_module(text))
+    got = compiled.run_flat(inputs)[0]
+    want = flatten_result(evaluate_module(parse_module(text), inputs))[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    products = [i for c in compiled.module.computations for i in c.instructions if i.opcode == kind]
+    assert products and all(i.shape.dtype.name == "f64" for i in products)

@@ -24,6 +24,11 @@ def test_matmul_integer(rng):
     check("MatMulInteger", {"a": a, "b": b, "az": np.array(12, np.uint8), "bz": np.array(200, np.uint8)}, opset=10)
     check("MatMulInteger", {"a": (a // 2).astype(np.int8), "b": b, "az": np.array(-3, np.int8),
                             "bz": rng.integers(0, 255, (5,)).astype(np.uint8)}, opset=10)
+    # a quantized layer's size, batched: the float GEMM's sums, exact, equal the integer ones
+    big_a = rng.integers(0, 256, (2, 64, 768)).astype(np.uint8)
+    big_b = rng.integers(-128, 128, (768, 96)).astype(np.int8)
+    check("MatMulInteger", {"a": big_a, "b": big_b, "az": np.array(131, np.uint8), "bz": np.array(-7, np.int8)},
+          opset=10)
 
 
 def test_matmul_integer_zero_point_per_row_of_a(rng):

@@ -31,7 +31,14 @@ def _centred(ctx, x, zero_point, row_axis):
 
 @converter("MatMulInteger", since=10)
 def matmul_integer(ctx, a, b, a_zero_point=None, b_zero_point=None):
-    return ctx.xp.matmul(_centred(ctx, a, a_zero_point, -2), _centred(ctx, b, b_zero_point, -1))
+    """The int32 product of the 8-bit operands less their zero points, computed in f64, where
+    it is exact (each term is at most 255 * 255 in magnitude, so sums stay integers below
+    2**53) and takes the backends' float GEMM rather than an integer loop; wrapped to int32
+    through int64, as an int32 accumulator would wrap."""
+    xp = ctx.xp
+    wide = [as_dtype(xp, _centred(ctx, x, zp, axis), np.float64)
+            for x, zp, axis in ((a, a_zero_point, -2), (b, b_zero_point, -1))]
+    return as_dtype(xp, as_dtype(xp, xp.matmul(*wide), np.int64), np.int32)
 
 
 @converter("Det", since=11)

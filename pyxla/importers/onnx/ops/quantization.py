@@ -106,7 +106,8 @@ def qlinear_matmul(ctx, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero)
         raise ctx.unsupported("8-bit float operands")
     ai = xp.subtract(as_dtype(xp, a, np.int32), _row_or_scalar(xp, a_zero, rows=True))
     bi = xp.subtract(as_dtype(xp, b, np.int32), _row_or_scalar(xp, b_zero, rows=False))
-    product = as_dtype(xp, xp.matmul(ai, bi), np.float64)
+    # the integer product is exact in f64 (terms at most 255 * 255), and takes the float GEMM
+    product = xp.matmul(as_dtype(xp, ai, np.float64), as_dtype(xp, bi, np.float64))
     multiplier = xp.divide(xp.multiply(_row_or_scalar(xp, a_scale, rows=True, dtype=np.float64),
                                        _row_or_scalar(xp, b_scale, rows=False, dtype=np.float64)),
                            as_dtype(xp, y_scale, np.float64))
