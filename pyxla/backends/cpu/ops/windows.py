@@ -25,6 +25,7 @@ from ...llvm.loops import counted_loop, for_range, short_circuit, stepped_loop
 from ...llvm.windows import clamped_windows, fold_tree, when, window_source
 from ..codegen import KERNELS, kernel_root, output_pointers
 from ..runtime.llvm_jit import host_jit
+from .scan import emit_scan, scan_dimension
 from .select_scatter import emit_disjoint
 
 VECTOR_ROW_BYTES = 32  # a pool row's vectors (8 f32): rows of 12 to 56 outputs gain more than wider ones would
@@ -203,9 +204,12 @@ def _vector_row(ke, root, interior: int) -> _VectorRow | None:
 
 
 def emit_reduce_window(ke) -> None:
-    """A variadic reduce-window writes each of its results; a single one is a loop kernel,
-    row by row when its rows have an interior."""
+    """A running reduction is a scan (ops/scan.py); a variadic reduce-window writes each of
+    its results; a single one is a loop kernel, row by row when its rows have an interior."""
     root = kernel_root(ke)
+    scan = scan_dimension(root)
+    if scan is not None:
+        return emit_scan(ke, root, *scan)
     if not isinstance(root.shape, TupleShape):
         interior = _interior(root, VECTOR_ROW_BYTES // 2 // root.shape.dtype.bytes if clamped_windows(root)
                              else MIN_INTERIOR)
