@@ -48,6 +48,24 @@ def test_searchsorted(side, rng):
                         lambda x, y, s: np.searchsorted(x, y, side, sorter=s), shuffled, v, sorter)
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("n", [1, 8, 9, 100, 1025])
+def test_searchsorted_binary_search(side, n, rng):
+    """Sizes either side of the counting path (n <= 8) and the binary search's halvings
+    (2**k and 2**k + 1 elements): runs of equal elements, NaN at the end of `a`, and values
+    equal to elements, beyond both ends, infinite and NaN; integers too."""
+    a = rng.standard_normal(n).astype(np.float32)
+    a[: n // 3] = a[0]
+    a[rng.integers(0, n, max(1, n // 10))] = np.nan
+    a = np.sort(a)
+    v = np.concatenate([rng.standard_normal(20), a[rng.integers(0, n, 6)], [np.nan, np.inf, -np.inf, 1e30]])
+    check_against_numpy(lambda x, y: pnp.searchsorted(x, y, side), lambda x, y: np.searchsorted(x, y, side),
+                        a, v.astype(np.float32).reshape(2, -1))
+    ints = np.sort(rng.integers(-5, 5, n))
+    check_against_numpy(lambda x, y: pnp.searchsorted(x, y, side), lambda x, y: np.searchsorted(x, y, side),
+                        ints, rng.integers(-7, 7, (3, 5)))
+
+
 @pytest.mark.parametrize("axis, keepdims", [(None, False), (0, False), (1, True), (-1, False)])
 def test_median_quantile_percentile(axis, keepdims, rng):
     for shape in ((5, 6), (4, 7)):   # odd and even counts
