@@ -17,10 +17,10 @@ from ..frontend.tracing import bind, where
 from ..hlo.types import S32, ElementType
 from ._values import as_type, aval, canonical_axis, element_type, is_weak, scalar_computation
 from ._windows import window_attribute, window_padding
-from .elementwise import add, bitwise_and, bitwise_or, bitwise_xor, eq, gt, lt, mul, ne, select
+from .elementwise import add, bitwise_and, bitwise_or, bitwise_xor, eq, mul, ne, select
 from .elementwise import max as lax_max
 from .elementwise import min as lax_min
-from .shapes import broadcasted_iota
+from .shapes import broadcast_in_dim, broadcasted_iota
 
 # --- reduce -----------------------------------------------------------------------------
 
@@ -122,36 +122,32 @@ reduce_xor = _monoid_reduce("xor")
 
 # --- argmax / argmin --------------------------------------------------------------------
 
-def _arg_reducer(better: Callable, is_float: bool) -> Callable:
-    """(value, index) pairs: keep the better value, NaN first, the lower index on ties (JAX's)."""
-    def combine(a, b):
-        (av, ai), (bv, bi) = a, b
-        pick_a = better(av, bv)
-        if is_float:
-            pick_a = bitwise_or(pick_a, ne(av, av))
-        pick_a_index = bitwise_or(pick_a, bitwise_and(eq(av, bv), lt(ai, bi)))
-        return select(pick_a, av, bv), select(pick_a_index, ai, bi)
-    return combine
-
-
-def _arg_reduce(better: Callable, start: Callable, operand: Any, axis: int, index_dtype: Any) -> Any:
+def _arg_reduce(monoid: str, operand: Any, axis: int, index_dtype: Any) -> Any:
+    """The least index along `axis` holding the extremum (NaN matching NaN, so the first NaN
+    when there is one), as two plain reductions that vectorise; the same indices as a
+    reduction over (value, index) pairs, which runs one element at a time."""
     a = aval(operand)
     axis = canonical_axis("argmax", axis, a.rank)
     index_type = element_type(index_dtype)
-    indices = broadcasted_iota(index_type, a.dims, axis)
-    init = (np.array(start(a.dtype)).astype(a.dtype.np_dtype), np.zeros((), index_type.np_dtype))
-    _, index = reduce((operand, indices), init, _arg_reducer(better, a.dtype.is_float), (axis,))
-    return index
+    best = reduce(operand, identity(monoid, a.dtype), MONOIDS[monoid][0], (axis,))
+    kept = [d for d in range(a.rank) if d != axis]
+    spread = broadcast_in_dim(best, a.dims, kept)
+    hit = eq(operand, spread)
+    if a.dtype.is_float:
+        hit = bitwise_or(hit, bitwise_and(ne(operand, operand), ne(spread, spread)))
+    last = np.array(np.iinfo(index_type.np_dtype).max, index_type.np_dtype)
+    indices = select(hit, broadcasted_iota(index_type, a.dims, axis), broadcast_in_dim(last, a.dims, ()))
+    return reduce(indices, last, lax_min, (axis,))
 
 
 def argmax(operand: Any, axis: int, index_dtype: Any = S32) -> Any:
     """The index of the largest element along `axis`: the first NaN, else the first maximum."""
-    return _arg_reduce(gt, _lowest, operand, axis, index_dtype)
+    return _arg_reduce("max", operand, axis, index_dtype)
 
 
 def argmin(operand: Any, axis: int, index_dtype: Any = S32) -> Any:
     """The index of the smallest element along `axis`: the first NaN, else the first minimum."""
-    return _arg_reduce(lt, _highest, operand, axis, index_dtype)
+    return _arg_reduce("min", operand, axis, index_dtype)
 
 
 # --- windows ----------------------------------------------------------------------------

@@ -16,10 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..frontend.tracing import bind, trace_computation
+from ..frontend.tracing import bind
 from ..hlo.attributes import WindowDim
-from ..hlo.shape import ArrayShape
-from ..hlo.types import from_numpy_dtype
 from .core import (
     BFLOAT16,
     BOOL,
@@ -30,7 +28,6 @@ from .core import (
     UINT64,
     broadcast_to,
     compare,
-    computation_name,
     convert,
     dtype_of,
     export,
@@ -334,27 +331,11 @@ nanmin = export(_nan_extremum("nanmin", min, _highest))
 
 # --- argmax / argmin -----------------------------------------------------------------------------
 
-def _arg_reducer(dt: np.dtype, direction: str):
-    """The (value, index) reducer that keeps the better value, the lowest index on ties, and
-    the first NaN (NaN counts as better than any number, as in NumPy's argmax/argmin)."""
-    scalar = ArrayShape(from_numpy_dtype(dt), ())
-    index = ArrayShape(from_numpy_dtype(INT64), ())
-
-    def reducer(a, ia, b, ib):
-        better, equal = compare(a, b, direction), compare(a, b, "EQ")
-        if is_float(dt):
-            a_nan, b_nan = compare(a, a, "NE"), compare(b, b, "NE")
-            better = bind("or", better, bind("and", a_nan, bind("not", b_nan)))
-            equal = bind("or", equal, bind("and", a_nan, b_nan))
-        pick_a = bind("or", better, bind("and", equal, compare(ia, ib, "LT")))
-        return select(pick_a, a, b), select(pick_a, ia, ib)
-
-    comp, *_ = trace_computation(reducer, [scalar, index, scalar, index], computation_name(f"arg_{direction.lower()}"),
-                                 allow_captures=False)
-    return comp
-
-
-def _arg_extremum(name: str, direction: str, start: Callable) -> Callable:
+def _arg_extremum(name: str, opcode: str, start: Callable) -> Callable:
+    """The index of the extremum as two plain reductions: the extremum (NaN when there is
+    one), then the least index holding it (NaN matching NaN; -0 equals +0, as in NumPy).
+    Both vectorise, where the reduction over (value, index) pairs with a comparator ran one
+    element at a time (1024 x 1024 along rows: 1.25 ms, NumPy 0.1 ms)."""
     def reduction(a, axis=None, out=None, *, keepdims=False):
         from .creation import iota
         a = _array(name, a)
@@ -367,9 +348,14 @@ def _arg_extremum(name: str, direction: str, start: Callable) -> Callable:
         if shape[ax] == 0:
             raise ValueError(f"pyxla.numpy.{name}: attempt to get {name} of an empty sequence")
         dt = dtype_of(a)
-        positions = iota(INT64, shape, ax)
-        _, index = bind("reduce", a, positions, np.asarray(start(dt), dt), np.asarray(np.iinfo(np.int64).max),
-                        dimensions=(ax,), to_apply=_arg_reducer(dt, direction))
+        best = reduce_axes(a, (ax,), opcode, start(dt))
+        spread = broadcast_to(_keep_dims(best, shape, (ax,)), shape)
+        hit = compare(a, spread, "EQ")
+        if is_float(dt):
+            hit = bind("or", hit, bind("and", compare(a, a, "NE"), compare(spread, spread, "NE")))
+        last = np.iinfo(np.int64).max
+        index = reduce_axes(select(hit, iota(INT64, shape, ax), broadcast_to(np.int64(last), shape)), (ax,),
+                            "minimum", last)
         if keepdims:
             axes = tuple(range(len(full_shape))) if axis is None else (ax,)
             return reshape_to(index, [1 if d in axes else n for d, n in enumerate(full_shape)])
@@ -379,8 +365,8 @@ def _arg_extremum(name: str, direction: str, start: Callable) -> Callable:
     return reduction
 
 
-argmax = export(_arg_extremum("argmax", "GT", _lowest))
-argmin = export(_arg_extremum("argmin", "LT", _highest))
+argmax = export(_arg_extremum("argmax", "maximum", _lowest))
+argmin = export(_arg_extremum("argmin", "minimum", _highest))
 
 
 # --- cumulative ----------------------------------------------------------------------------------
