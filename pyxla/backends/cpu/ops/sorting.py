@@ -170,11 +170,14 @@ def _merge_passes(b: ir.IRBuilder, columns: RowColumns, n: int, less: Less) -> i
             right = variable(b, mid)
 
             def take(k):
+                # without branches: both heads compared whether or not a run is used up (the
+                # indices clamped into the row), the choice by selects, which data-dependent
+                # branches would mispredict about half the time on random keys
                 i, j = b.load(left), b.load(right)
-                from_right = short_circuit(b, b.icmp_signed("<", j, hi), lambda: short_circuit(
-                    b, b.icmp_signed(">=", i, mid),
-                    lambda: less(columns.values(src, j), columns.values(src, i)), is_and=False))
-                chosen = b.select(from_right, j, smin(b, i, i64(n - 1)))
+                i_at, j_at = smin(b, i, i64(n - 1)), smin(b, j, i64(n - 1))
+                before = less(columns.values(src, j_at), columns.values(src, i_at))
+                from_right = b.and_(b.icmp_signed("<", j, hi), b.or_(b.icmp_signed(">=", i, mid), before))
+                chosen = b.select(from_right, j_at, i_at)
                 columns.put_raw(dst, k, columns.raw(src, chosen))
                 b.store(b.add(j, b.zext(from_right, I64)), right)
                 b.store(b.add(i, b.zext(b.not_(from_right), I64)), left)
