@@ -5,7 +5,10 @@ One engine does all three. Each row along the sort dimension is copied into scra
 as columns (the operands, and for topk the s32 indices), sorted there, and written out:
 insertion sort of short runs, then bottom-up merges of runs into a second copy of the
 columns, back and forth, every column of an element moving with it (so comparisons read
-neighbouring memory, not a permutation's scattered positions). Both steps put an element
+neighbouring memory, not a permutation's scattered positions). A merge step compares both
+heads and picks by selects, without branches (sorting 1024 x 1024 f32 rows: 80 -> 60 ms;
+NumPy's vectorised quicksort takes 4.6: a radix sort of total-order keys would be the next
+step for comparators that are plain key orders). Both steps put an element
 after every element before it that it does not sort strictly before, so the sort is
 stable, which satisfies is_stable=true and gives the evaluator's order otherwise too (its
 merge sort is stable; for a comparator that is not a strict weak order, which order comes
