@@ -9,6 +9,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from pyxla.backends import get_backend
+from pyxla.hlo import parse_module
+
 from .differential import assert_cpu_matches_interpreter
 
 LT = "LT"
@@ -173,7 +176,7 @@ ENTRY main {{
 
 
 @pytest.mark.parametrize("largest", [True, False])
-@pytest.mark.parametrize("dims,k", [("3,50", 5), ("2,3,17", 17), ("40", 1), ("4,9", 0)])
+@pytest.mark.parametrize("dims,k", [("3,50", 5), ("2,3,17", 17), ("40", 1), ("4,9", 0), ("2,2000", 20)])
 def test_topk_with_nan_ties_and_signed_zero(dims, k, largest, rng):
     shape = tuple(int(d) for d in dims.split(","))
     x = with_ties_and_specials(rng, shape, np.float32)
@@ -210,3 +213,23 @@ def test_topk_custom_call(with_indices, rng):
     got = assert_cpu_matches_interpreter(TOPK_CUSTOM_CALL.replace("PARAMS", params), rng, [x], rtol=0, atol=0)
     np.testing.assert_array_equal(np.take_along_axis(x, got[1].astype(np.int64), -1).view(np.int32),
                                   got[0].view(np.int32))
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_selected_in_one_pass_equals_the_whole_sort(largest, rng, monkeypatch):
+    """A few of a long row (sorting.selects) are selected in one pass: the same values and
+    indices, bit for bit, as sorting the whole row, with many ties (small integers), NaN and
+    signed zeros among them."""
+    from pyxla.backends.cpu.ops import sorting
+    assert sorting.selects(5000, 10) and not sorting.selects(4096, 512) and not sorting.selects(9, 9)
+    x = rng.integers(-40, 40, (3, 5000)).astype(np.float32)
+    x[0, rng.integers(0, 5000, 30)] = np.nan
+    x[1, :2500] = -0.0
+    x[2, ::7] = 0.0
+    text = topk_module("f32", "3,5000", 10, largest)
+    monkeypatch.setenv("PYXLA_CACHE_DIR", "")   # (the cache would give the first code twice)
+    selected = get_backend("cpu").compile(parse_module(text)).run_flat([x])
+    monkeypatch.setattr(sorting, "selects", lambda n, k: False)
+    sorted_whole = get_backend("cpu").compile(parse_module(text)).run_flat([x])
+    for got, want in zip(selected, sorted_whole):
+        np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))

@@ -1,7 +1,8 @@
 """Sorting on the CPU backend: sort (any comparator, any number of operands), topk, and the
 TopK custom-call of XLA CPU's optimized HLO.
 
-One engine does all three. Each row along the sort dimension is copied into scratch memory
+One engine does all three (and for a top k of a long row, a one-pass selection,
+emit_ranked_rows). Each row along the sort dimension is copied into scratch memory
 as columns (the operands, and for topk the s32 indices), sorted there, and written out:
 insertion sort of short runs, then bottom-up merges of runs into a second copy of the
 columns, back and forth, every column of an element moving with it (so comparisons read
@@ -21,6 +22,7 @@ whose bounds are known only at run time, short-circuit conditions).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import llvmlite.ir as ir
@@ -242,10 +244,68 @@ def emit_sort(ke) -> None:
 
 # --- topk and the TopK custom-call --------------------------------------------------------------
 
+def selects(n: int, k: int) -> bool:
+    """Whether a row's first k of n are better selected (emit_ranked_rows) than sorted whole:
+    on random values about k ln(n / k) elements enter, each shifting up to k, against the
+    sort's n log2(n) steps (measured: top 50 of 50257, 1.5 against 36 ms; top 512 of 4096,
+    9 against 4 ms)."""
+    return 0 < k < n and k * k * math.log(n / k) <= n * math.log2(n) / 4
+
+
+def emit_ranked_rows(ke, rows: tuple, n: int, k: int, types: list[ElementType],
+                     fill: Callable[[tuple, ir.Value], list], less: Less,
+                     write_row: Callable[[tuple, Callable[[ir.Value], list]], None]) -> None:
+    """As emit_row_sorts, but only the first k of each row's n elements in sorted order
+    (write_row reads positions below k): one pass over the row keeps the k first seen so far
+    in order, and an element enters only when it sorts strictly before the k-th, so ties
+    keep the lower position, as the stable sort's first k do. On random values almost every
+    element is rejected by that one comparison (top 50 of 50257 logits, 8 rows: 34 ms
+    sorting every row whole)."""
+    b = ke.b
+    if n == 0 or k == 0 or any(d == 0 for d in rows):
+        return
+    kept = RowColumns(b, types, k, ke.reserve_scratch(RowColumns.bytes(types, k)))
+    buffer = kept.first
+
+    def row_body(row):
+        count = variable(b, i64(0))
+
+        def consider(j):
+            ke.e.push_scope()
+            incoming = fill(row, j)
+            held = b.load(count)
+            last = smin(b, b.sub(held, i64(1)), i64(k - 1))
+            enters = short_circuit(b, b.icmp_signed("<", held, i64(k)),
+                                   lambda: less(incoming, kept.values(buffer, last)), is_and=False)
+            with b.if_then(enters):
+                hole = variable(b, smin(b, held, i64(k - 1)))   # (a full buffer drops its last)
+
+                def moves_up():
+                    at = b.load(hole)
+                    return short_circuit(b, b.icmp_signed(">", at, i64(0)),
+                                         lambda: less(incoming, kept.values(buffer, b.sub(at, i64(1)))))
+
+                def shift():
+                    at = b.load(hole)
+                    kept.put_raw(buffer, at, kept.raw(buffer, b.sub(at, i64(1))))
+                    b.store(b.sub(at, i64(1)), hole)
+
+                while_loop(b, moves_up, shift)
+                kept.put(buffer, b.load(hole), incoming)
+                b.store(smin(b, b.add(held, i64(1)), i64(k)), count)
+            ke.e.pop_scope()
+
+        stepped_loop(b, i64(0), i64(n), consider)
+        write_row(row, lambda j: kept.values(buffer, j))
+
+    for_range(b, rows, row_body)
+
+
 def _emit_first_k(ke, operand: HloInstruction, less: Less) -> None:
     """Outputs (values, s32 indices) of the first k elements of each row (last dimension) in
     the order less([value, index], [value, index]) gives; k is the outputs' last dimension.
-    Stable: ties keep the lower index first."""
+    Stable: ties keep the lower index first. A few of a long row are selected in one pass
+    (emit_ranked_rows), else the row is sorted whole."""
     e, b = ke.e, ke.b
     shape: ArrayShape = operand.shape
     dim = shape.rank - 1
@@ -262,7 +322,11 @@ def _emit_first_k(ke, operand: HloInstruction, less: Less) -> None:
                 ke.store(ptr, out_shape, index, value)
         for_range(b, [values_shape.dims[-1]], write)
 
-    emit_row_sorts(ke, _other_dims(shape, dim), shape.dims[dim], [shape.dtype, S32], fill, less, write_row)
+    n, k = shape.dims[dim], values_shape.dims[-1]
+    if selects(n, k):
+        emit_ranked_rows(ke, _other_dims(shape, dim), n, k, [shape.dtype, S32], fill, less, write_row)
+    else:
+        emit_row_sorts(ke, _other_dims(shape, dim), n, [shape.dtype, S32], fill, less, write_row)
 
 
 def emit_topk(ke) -> None:
