@@ -3,12 +3,16 @@ CPU: an MLP, a CNN, a transformer encoder layer (inference) and one training ste
 CNN. Each model in one process per backend; first call (compile + run) and steady state.
 
     python -m benchmarks.torch_models [--backends eager inductor pyxla] [--out results/torch-models.json]
-                                      [--threads N]
+                                      [--threads N] [--omp-passive]
 
 --threads fixes the threads of every backend (torch.set_num_threads and PYXLA_NUM_THREADS);
-by default each uses every core. On a machine other processes also load, one thread each
-keeps the comparison about the kernels: OpenMP's spinning workers (eager, inductor) lose
-far more than pyxla's pool when a core is taken from them.
+by default each uses every core. --omp-passive runs every backend's process with
+OMP_WAIT_POLICY=PASSIVE: torch's OpenMP threads then sleep after each eager op instead of
+spinning for milliseconds, which in a training step (the loss and its gradient run eagerly
+between the compiled graphs) takes a core from pyxla's kernels (docs/torch.md). On a
+machine other processes also load, one thread each keeps the comparison about the kernels:
+OpenMP's spinning workers (eager, inductor) lose far more than pyxla's pool when a core is
+taken from them.
 """
 from __future__ import annotations
 
@@ -92,6 +96,8 @@ def main(argv=None) -> None:
     parser.add_argument("--budget", type=float, default=3.0)
     parser.add_argument("--out", default="benchmarks/results/torch-models.json")
     parser.add_argument("--threads", type=int, default=None, help="threads of every backend (default: all cores)")
+    parser.add_argument("--omp-passive", action="store_true",
+                        help="OMP_WAIT_POLICY=PASSIVE in every backend's process")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)   # MODEL BACKEND, in a child process
     ns = parser.parse_args(argv)
     if ns.one:
@@ -100,6 +106,8 @@ def main(argv=None) -> None:
     env = dict(os.environ)
     if ns.threads:
         env["PYXLA_NUM_THREADS"] = str(ns.threads)   # read when the child compiles
+    if ns.omp_passive:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"   # read when the child loads torch's libgomp
     results = {}
     for model in ns.models:
         for backend in ns.backends:
@@ -110,16 +118,19 @@ def main(argv=None) -> None:
                 results[(model, backend)] = json.loads(proc.stdout.strip().splitlines()[-1])
             except (json.JSONDecodeError, IndexError):
                 results[(model, backend)] = {"error": proc.stderr.strip()[-300:]}
+    print(f"OMP_WAIT_POLICY: {env.get('OMP_WAIT_POLICY', 'unset')}")
     print(table(results, ns.models, ns.backends))
     os.makedirs(os.path.dirname(ns.out) or ".", exist_ok=True)
     with open(ns.out, "w") as f:
-        json.dump({f"{m}/{b}": {k: v for k, v in r.items() if k != "output"} for (m, b), r in results.items()},
-                  f, indent=1)
+        json.dump({**{f"{m}/{b}": {k: v for k, v in r.items() if k != "output"} for (m, b), r in results.items()},
+                   "omp_wait_policy": env.get("OMP_WAIT_POLICY", "unset")}, f, indent=1)
 
 
 def table(results: dict, models, backends) -> str:
-    lines = ["| model | " + " | ".join(f"{b} first call | {b} steady" for b in backends) + " | pyxla vs eager |",
-             "|---|" + "---|---|" * len(backends) + "---|"]
+    versus = "inductor" in backends and "pyxla" in backends
+    lines = ["| model | " + " | ".join(f"{b} first call | {b} steady" for b in backends)
+             + (" | pyxla / inductor" if versus else "") + " | pyxla vs eager |",
+             "|---|" + "---|---|" * len(backends) + ("---|" if versus else "") + "---|"]
     for m in models:
         cells = []
         for b in backends:
@@ -133,6 +144,9 @@ def table(results: dict, models, backends) -> str:
                 and "output" in results[(m, "eager")]:
             a, b = np.array(results[(m, "pyxla")]["output"]), np.array(results[(m, "eager")]["output"])
             agree = f"max diff / max value {np.max(np.abs(a - b)) / np.max(np.abs(b)):.1e}"
+        if versus:
+            p, i = results[(m, "pyxla")], results[(m, "inductor")]
+            cells.append(f"{p['median_s'] / i['median_s']:.2f}" if "error" not in p and "error" not in i else "-")
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {agree} |")
     return "\n".join(lines)
 
