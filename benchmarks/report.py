@@ -25,13 +25,17 @@ def _cell(entry: dict | None) -> str:
     return text + ("" if entry.get("correct", True) else " (wrong)")
 
 
+# pyxla itself, by another way in: not a peer (torch.compile(backend="pyxla") runs pyxla's kernels)
+OWN_FRAMEWORKS = frozenset({"pyxla", "torch_pyxla"})
+
+
 def summarize(runs: list[dict]) -> dict:
     """Per workload: each framework's median and pyxla's ratio to the best peer."""
     table = {}
     for w in WORKLOADS:
         row = {r["framework"]: r["results"].get(w.name) for r in runs}
         peers = {fw: e["median_s"] for fw, e in row.items()
-                 if fw != "pyxla" and e and "median_s" in e and e.get("correct", True)}
+                 if fw not in OWN_FRAMEWORKS and e and "median_s" in e and e.get("correct", True)}
         mine = row.get("pyxla") or {}
         ratio = None
         if peers and "median_s" in mine and mine.get("correct", True):   # a wrong answer has no speed

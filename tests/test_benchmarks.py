@@ -179,3 +179,17 @@ def test_cotenancy_with_idle_peers_restarts_with_their_settings(tmp_path):
                    capture_output=True, env={k: v for k, v in os.environ.items() if k not in IDLE_PEERS_ENVIRONMENT})
     result = json.loads((tmp_path / "cotenancy-idle-peers.json").read_text())
     assert result["idle_peers"] is True and set(result["results"]["mlp"]) == {"alone", "numpy", "correct"}
+
+
+def test_pyxla_through_torch_compile_is_not_a_peer():
+    """torch.compile(backend="pyxla") runs pyxla's own kernels: the best peer is another
+    framework even where that one is faster."""
+    from benchmarks.report import summarize
+    from benchmarks.workloads import WORKLOADS
+
+    name = WORKLOADS[0].name
+    runs = [{"framework": "pyxla", "results": {name: {"median_s": 1.0, "correct": True}}},
+            {"framework": "torch_pyxla", "results": {name: {"median_s": 0.9, "correct": True}}},
+            {"framework": "torch", "results": {name: {"median_s": 2.0, "correct": True}}}]
+    row = summarize(runs)[name]
+    assert row["best_peer"] == "torch" and row["pyxla_over_best_peer"] == 0.5
