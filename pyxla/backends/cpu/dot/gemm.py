@@ -57,7 +57,21 @@ from functools import cache
 
 import llvmlite.ir as ir
 
-from ...llvm.ir_types import F32, F64, I1, I64, PTR, VOID, fma_intrinsic, i64, prefetch, smin, splat, transpose_square
+from ...llvm.ir_types import (
+    F32,
+    F64,
+    I1,
+    I32,
+    I64,
+    PTR,
+    VOID,
+    fma_intrinsic,
+    i64,
+    prefetch,
+    smin,
+    splat,
+    transpose_square,
+)
 from ...llvm.loops import counted_loop
 from ..runtime.llvm_jit import host_jit
 from ..runtime.native_target import native_function
@@ -322,9 +336,9 @@ class GemmIr:
             not_contiguous = b.append_basic_block(f"{name}.not_contiguous")
             b.cbranch(b.icmp_signed("==", x_rs, i64(1)), vector, not_contiguous)
             b.position_at_end(not_contiguous)
-            if width % self.t.lanes:
+            if width % self.t.lanes and width > self.t.lanes:
                 b.branch(strided)
-            else:   # each line's depths adjacent (a transposed B): lanes x lanes blocks transposed
+            else:   # each line's depths adjacent (a transposed B, a row-major A): transposed in registers
                 transposing = b.append_basic_block(f"{name}.transposing")
                 b.cbranch(b.icmp_signed("==", x_cs, i64(1)), transposing, strided)
                 b.position_at_end(transposing)
@@ -365,21 +379,26 @@ class GemmIr:
 
     def _pack_transposing(self, b: ir.IRBuilder, line_starts: list, kc, out, width: int, rest_k) -> None:
         """One full panel whose lines each hold their depths adjacently (a transposed B, [n, k]
-        row-major): per `lanes` depths, each `lanes` lines' vectors transposed in registers
-        (llvm/ir_types.py transpose_square) into the depths' vectors of the panel; the depths
-        past the last whole group by rest_k(k). Element by element this was 2 x width scalar
-        accesses a depth (measured on a 2-core Zen 3, one thread: packing 128x1024x1024's
-        transposed B took a fifth of the product)."""
+        row-major, or a row-major A): per `lanes` depths, each `lanes` lines' vectors
+        transposed in registers (llvm/ir_types.py transpose_square) into the depths' vectors
+        of the panel; the depths past the last whole group by rest_k(k). A panel narrower than
+        a vector (A's MR = 6 lines of 8 lanes) transposes its last line again in the missing
+        lines' places and stores each depth's first `width` lanes. Element by element this was
+        2 x width scalar accesses a depth (measured on a 2-core Zen 3, one thread: packing
+        128x1024x1024's transposed B took a fifth of the product)."""
         lanes = self.t.lanes
         groups = b.udiv(kc, i64(lanes))
+        narrow = ir.Constant(ir.VectorType(I32, width), list(range(width))) if width < lanes else None
 
         def group(g):
             k0 = b.mul(g, i64(lanes))
             for first in range(0, width, lanes):
-                rows = [b.load(self._at(b, line_starts[first + i], k0), typ=self.vector, align=self.t.element_bytes)
-                        for i in range(lanes)]
+                rows = [b.load(self._at(b, line_starts[min(first + i, width - 1)], k0), typ=self.vector,
+                               align=self.t.element_bytes) for i in range(lanes)]
                 for d, column in enumerate(transpose_square(b, rows)):
                     at = b.add(b.mul(b.add(k0, i64(d)), i64(width)), i64(first))
+                    if narrow is not None:
+                        column = b.shuffle_vector(column, ir.Constant(self.vector, ir.Undefined), narrow)
                     b.store(column, self._at(b, out, at), align=self.t.element_bytes)
 
         counted_loop(b, i64(0), groups, group)
