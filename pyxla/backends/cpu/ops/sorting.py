@@ -135,24 +135,32 @@ def _insertion_sort_runs(b: ir.IRBuilder, columns: RowColumns, n: int, less: Les
         def insert(i):
             moving = columns.raw(row, i)
             moving_values = [to_compute(b, v, t) for v, t in zip(moving, columns.types)]
-            hole = variable(b, i)
-
-            def keeps_moving():
-                j = b.load(hole)
-                return short_circuit(b, b.icmp_signed(">", j, start),
-                                     lambda: less(moving_values, columns.values(row, b.sub(j, i64(1)))))
-
-            def shift():
-                j = b.load(hole)
-                columns.put_raw(row, j, columns.raw(row, b.sub(j, i64(1))))
-                b.store(b.sub(j, i64(1)), hole)
-
-            while_loop(b, keeps_moving, shift)
-            columns.put_raw(row, b.load(hole), moving)
+            columns.put_raw(row, _open_hole(b, columns, row, i, start, moving_values, less), moving)
 
         stepped_loop(b, b.add(start, i64(1)), end, insert)
 
     stepped_loop(b, i64(0), i64(n), run, INSERTION_RUN)
+
+
+def _open_hole(b: ir.IRBuilder, columns: RowColumns, copy: ir.Value, hole: ir.Value, lowest: ir.Value,
+               values: list, less: Less) -> ir.Value:
+    """Move the elements before position `hole` (down to `lowest`) that `values` sorts
+    strictly before one place up, and give the position they leave free: where an element
+    of `values` goes so that the elements stay sorted and equal ones keep their order."""
+    at = variable(b, hole)
+
+    def moves():
+        j = b.load(at)
+        return short_circuit(b, b.icmp_signed(">", j, lowest),
+                             lambda: less(values, columns.values(copy, b.sub(j, i64(1)))))
+
+    def shift():
+        j = b.load(at)
+        columns.put_raw(copy, j, columns.raw(copy, b.sub(j, i64(1))))
+        b.store(b.sub(j, i64(1)), at)
+
+    while_loop(b, moves, shift)
+    return b.load(at)
 
 
 def _merge_passes(b: ir.IRBuilder, columns: RowColumns, n: int, less: Less) -> ir.Value:
@@ -277,21 +285,9 @@ def emit_ranked_rows(ke, rows: tuple, n: int, k: int, types: list[ElementType],
             last = smin(b, b.sub(held, i64(1)), i64(k - 1))
             enters = short_circuit(b, b.icmp_signed("<", held, i64(k)),
                                    lambda: less(incoming, kept.values(buffer, last)), is_and=False)
-            with b.if_then(enters):
-                hole = variable(b, smin(b, held, i64(k - 1)))   # (a full buffer drops its last)
-
-                def moves_up():
-                    at = b.load(hole)
-                    return short_circuit(b, b.icmp_signed(">", at, i64(0)),
-                                         lambda: less(incoming, kept.values(buffer, b.sub(at, i64(1)))))
-
-                def shift():
-                    at = b.load(hole)
-                    kept.put_raw(buffer, at, kept.raw(buffer, b.sub(at, i64(1))))
-                    b.store(b.sub(at, i64(1)), hole)
-
-                while_loop(b, moves_up, shift)
-                kept.put(buffer, b.load(hole), incoming)
+            with b.if_then(enters):   # (a full buffer drops its last)
+                kept.put(buffer, _open_hole(b, kept, buffer, smin(b, held, i64(k - 1)), i64(0), incoming, less),
+                         incoming)
                 b.store(smin(b, b.add(held, i64(1)), i64(k)), count)
             ke.e.pop_scope()
 
