@@ -115,9 +115,7 @@ def _upcast_mixed_operands(module: HloModule) -> bool:
             result = instr.array_shape.dtype
             for operand in (lhs, rhs):
                 if operand.array_shape.dtype != result:
-                    convert = comp.add_instruction(HloInstruction(
-                        module.fresh_name("convert"), "convert", operand.array_shape.with_dtype(result), [operand]))
-                    instr.replace_operand(operand, convert)
+                    instr.replace_operand(operand, _convert(module, comp, operand, result))
             changed = True
         if changed:
             comp.sort_topologically()
@@ -148,44 +146,49 @@ def _exact_in_f64(instr: HloInstruction) -> bool:
     return largest[0] * largest[1] * _terms(instr) < 2 ** 53
 
 
-def _narrow_integer_products_in_f64(module: HloModule) -> bool:
+def _replace_products(module: HloModule, replacement) -> bool:
+    """Each dot and convolution for which replacement(comp, instr) gives an instruction (added
+    to comp) replaced by it; whether any was."""
     changed = False
     for comp in module.computations:
+        replaced = False
         for instr in list(comp.instructions):
-            if instr.opcode in ("dot", "convolution") and _exact_in_f64(instr):
-                sums = _product_in(module, comp, instr, F64)
-                exact = comp.add_instruction(HloInstruction(module.fresh_name("convert"), "convert",
-                                                            sums.array_shape.with_dtype(S64), [sums]))
-                comp.replace_instruction(instr, comp.add_instruction(HloInstruction(
-                    module.fresh_name("convert"), "convert", instr.array_shape, [exact])))
-                changed = True
-        if changed:
+            new = replacement(comp, instr) if instr.opcode in ("dot", "convolution") else None
+            if new is not None:
+                comp.replace_instruction(instr, new)
+                replaced = True
+        if replaced:
             comp.sort_topologically()
+        changed = changed or replaced
     return changed
+
+
+def _narrow_integer_products_in_f64(module: HloModule) -> bool:
+    def in_f64(comp, instr):
+        if not _exact_in_f64(instr):
+            return None
+        exact = _convert(module, comp, _product_in(module, comp, instr, F64), S64)
+        return _convert(module, comp, exact, instr.array_shape.dtype)
+    return _replace_products(module, in_f64)
+
+
+def _convert(module: HloModule, comp: HloComputation, x: HloInstruction, t) -> HloInstruction:
+    return comp.add_instruction(HloInstruction(module.fresh_name("convert"), "convert",
+                                               x.array_shape.with_dtype(t), [x]))
 
 
 def _product_in(module: HloModule, comp: HloComputation, instr: HloInstruction, t) -> HloInstruction:
     """A copy of the dot or convolution `instr` computing in type `t`, its operands converted."""
-    wide = [comp.add_instruction(HloInstruction(module.fresh_name("convert"), "convert",
-                                                op.array_shape.with_dtype(t), [op]))
-            for op in instr.operands]
+    wide = [_convert(module, comp, op, t) for op in instr.operands]
     return comp.add_instruction(HloInstruction(module.fresh_name(instr.opcode), instr.opcode,
                                                instr.array_shape.with_dtype(t), wide, instr.attrs))
 
 
 def _half_products_in_f32(module: HloModule) -> bool:
-    changed = False
-    for comp in module.computations:
-        for instr in list(comp.instructions):
-            if instr.opcode not in ("dot", "convolution") or instr.array_shape.dtype.name not in HALF_TYPES + ("f32",) \
-                    or not all(op.array_shape.dtype.name in HALF_TYPES for op in instr.operands):
-                continue
-            result = instr.array_shape
-            product = _product_in(module, comp, instr, F32)
-            narrow = product if result.dtype == F32 else comp.add_instruction(HloInstruction(
-                module.fresh_name("convert"), "convert", result, [product]))
-            comp.replace_instruction(instr, narrow)
-            changed = True
-        if changed:
-            comp.sort_topologically()
-    return changed
+    def in_f32(comp, instr):
+        if instr.array_shape.dtype.name not in HALF_TYPES + ("f32",) or \
+                not all(op.array_shape.dtype.name in HALF_TYPES for op in instr.operands):
+            return None
+        product = _product_in(module, comp, instr, F32)
+        return product if instr.array_shape.dtype == F32 else _convert(module, comp, product, instr.array_shape.dtype)
+    return _replace_products(module, in_f32)

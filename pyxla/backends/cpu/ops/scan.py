@@ -60,19 +60,16 @@ def emit_scan(ke, root: HloInstruction, d: int, reverse: bool) -> None:
     comp = root.attrs["to_apply"]
     x = root.operands[0]
 
-    def step(o, i, previous):
-        """Element i of the scan at outer index o, from the previous result (a function of
-        the inner index) for every inner index."""
-        def element(inn):
-            ke.e.push_scope()
-            index = (*o, i, *inn)
-            value = ke.e.scalar_computation(comp, [previous(inn), ke.e.value(x, index)])[0]
-            ke.store(ke.out_ptr, shape, index, value)
-            ke.e.pop_scope()
-        for_range(b, inner, element)
+    def position(t):   # the scan's step t: i = t forward, n - 1 - t in reverse
+        return b.sub(i64(n - 1), t) if reverse else t
+
+    def combine(index, previous) -> None:
+        """Result element `index`: the previous result combined with the input's element."""
+        ke.e.push_scope()
+        ke.store(ke.out_ptr, shape, index, ke.e.scalar_computation(comp, [previous, ke.e.value(x, index)])[0])
+        ke.e.pop_scope()
 
     def line(o):
-        first = i64(n - 1 if reverse else 0)
         ke.e.push_scope()
         init = ke.e.value(root.operands[1], ())
         ke.e.pop_scope()
@@ -81,21 +78,18 @@ def emit_scan(ke, root: HloInstruction, d: int, reverse: bool) -> None:
             b.store(init, running)
 
             def scalar(t):
-                i = b.sub(i64(n - 1), t) if reverse else t
-                ke.e.push_scope()
-                index = (*o, i)
-                value = ke.e.scalar_computation(comp, [b.load(running), ke.e.value(x, index)])[0]
-                ke.store(ke.out_ptr, shape, index, value)
+                index = (*o, position(t))
+                combine(index, b.load(running))
                 b.store(ke.load(ke.out_ptr, shape, index), running)   # as stored: rounded to its type
-                ke.e.pop_scope()
             counted_loop(b, i64(0), i64(n), scalar)
             return
-        step(o, first, lambda inn: init)
+        # a row of the result at a time, each element from the one before it along d
+        for_range(b, inner, lambda inn: combine((*o, position(i64(0)), *inn), init))
 
-        def later(t):   # steps 1..n-1: i = t forward, n - 1 - t in reverse
-            i = b.sub(i64(n - 1), t) if reverse else t
+        def later(t):
+            i = position(t)
             before = b.add(i, i64(1)) if reverse else b.sub(i, i64(1))
-            step(o, i, lambda inn: ke.load(ke.out_ptr, shape, (*o, before, *inn)))
+            for_range(b, inner, lambda inn: combine((*o, i, *inn), ke.load(ke.out_ptr, shape, (*o, before, *inn))))
         counted_loop(b, i64(1), i64(n), later)
 
     ke.loop_nest(list(outer), line, shape.size * ke.element_cost())

@@ -281,10 +281,9 @@ def emit_ranked_rows(ke, rows: tuple, n: int, k: int, types: list[ElementType],
         def consider(j):
             ke.e.push_scope()
             incoming = fill(row, j)
-            held = b.load(count)
-            last = smin(b, b.sub(held, i64(1)), i64(k - 1))
+            held = b.load(count)   # (the k-th is compared only when all k are held)
             enters = short_circuit(b, b.icmp_signed("<", held, i64(k)),
-                                   lambda: less(incoming, kept.values(buffer, last)), is_and=False)
+                                   lambda: less(incoming, kept.values(buffer, i64(k - 1))), is_and=False)
             with b.if_then(enters):   # (a full buffer drops its last)
                 kept.put(buffer, _open_hole(b, kept, buffer, smin(b, held, i64(k - 1)), i64(0), incoming, less),
                          incoming)
