@@ -21,6 +21,7 @@ import numpy as np
 
 from ....hlo.shape import ArrayShape, TupleShape
 from ....runtime.memory import aligned_empty
+from . import pool_threads
 from .call_shim import entry_caller
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ class CpuExecutable:
         self._root_shape = module.entry.root.shape if module is not None else root_shape
         self.root_shape = self._root_shape
         self.cache_key: str | None = None   # its code's key in the executable cache, when kept there
+        pool_threads.share_loaded_openmp()   # (torch may have been imported since the pool started)
         self._params = module.entry.parameters if module is not None else None
         self.parameter_shapes = [p.shape for p in self._params] if module is not None else list(parameter_shapes)
         self._row_major = [isinstance(shape, ArrayShape) and shape.is_row_major for shape in self.parameter_shapes]

@@ -71,6 +71,7 @@ from .pool_threads import (
     PARALLEL_FOR,
     POOL_FUNCTIONS,
     RESET,
+    SHARE_OPENMP,
     START,
     STOP,
     YIELD_CORES,
@@ -89,6 +90,10 @@ CACHE_LINE = 64
 COUNT_BITS = 0x7FFFFFFF      # state: workers inside the job
 CLOSED = 0x80000000          # state: the job takes no more workers
 JOB_BITS = ~(CLOSED | COUNT_BITS) & 0xFFFFFFFFFFFFFFFF
+
+# a job handed to OpenMP: on the caller's stack, byte offsets
+OPENMP_JOB_TASK, OPENMP_JOB_CONTEXT, OPENMP_JOB_TASKS, OPENMP_JOB_NEXT, OPENMP_JOB_MXCSR = 0, 8, 16, 24, 32
+OPENMP_JOB_BYTES = 40
 
 
 class _PoolIr:
@@ -115,6 +120,8 @@ class _PoolIr:
         self.job_mxcsr = self._global("pool.job_mxcsr", I32)
         self.workers = self._global("pool.workers", I64)
         self.threads = self._global("pool.threads", ir.ArrayType(I64, MAX_THREADS))
+        self.openmp_parallel = self._global("pool.openmp_parallel", I64)   # GOMP_parallel's address, when shared
+        self.openmp_threads = self._global("pool.openmp_threads", I32)
 
         def declare(ret, args, name):
             return ir.Function(self.m, ir.FunctionType(ret, args), name=name)
@@ -132,7 +139,9 @@ class _PoolIr:
 
         self.run_tasks = self._emit_run_tasks()
         self.worker = self._emit_worker()
+        self.openmp_team = self._emit_openmp_team()
         self._emit_parallel_for()
+        self._emit_share_openmp()
         self._emit_yield_cores()
         self._emit_start()
         self._emit_stop()
@@ -283,16 +292,80 @@ class _PoolIr:
         b.ret(ir.Constant(PTR, None))
         return fn
 
+    def _emit_openmp_team(self) -> ir.Function:
+        """void openmp_team(ptr job): what each thread of an OpenMP team runs for a job handed
+        to OpenMP: the job's MXCSR for the while (the thread is OpenMP's, so its own is put
+        back), tasks claimed from the job's counter until none is left."""
+        fn = ir.Function(self.m, ir.FunctionType(VOID, [PTR]), name="pool.openmp_team")
+        fn.linkage = "internal"
+        job = fn.args[0]
+        b = ir.IRBuilder(fn.append_basic_block("start"))
+        own_mxcsr = b.alloca(I32)
+        if self.x86:
+            b.call(self.stmxcsr, [own_mxcsr])
+            b.call(self.ldmxcsr, [self._job_field(b, job, OPENMP_JOB_MXCSR)])
+        task = b.load(self._job_field(b, job, OPENMP_JOB_TASK), typ=PTR)
+        context = b.load(self._job_field(b, job, OPENMP_JOB_CONTEXT), typ=PTR)
+        n = b.load(self._job_field(b, job, OPENMP_JOB_TASKS), typ=I64)
+        claim = b.append_basic_block("claim")
+        run = b.append_basic_block("run")
+        done = b.append_basic_block("done")
+        b.branch(claim)
+        b.position_at_end(claim)
+        i = b.atomic_rmw("add", self._job_field(b, job, OPENMP_JOB_NEXT), i64(1), "monotonic")
+        b.cbranch(b.icmp_unsigned("<", i, n), run, done)
+        b.position_at_end(run)
+        b.call(FunctionPointer(task, self.task_type), [context, i])
+        b.branch(claim)
+        b.position_at_end(done)
+        if self.x86:
+            b.call(self.ldmxcsr, [own_mxcsr])
+        b.ret_void()
+        return fn
+
+    @staticmethod
+    def _job_field(b, job, offset):
+        return b.gep(job, [i64(offset)], source_etype=ir.IntType(8))
+
+    def _emit_share_openmp(self) -> None:
+        """void share_openmp(ptr gomp_parallel, i32 threads): hand every later job to the
+        OpenMP runtime whose GOMP_parallel this is, on `threads` threads (null: the pool's own
+        threads again)."""
+        fn = ir.Function(self.m, ir.FunctionType(VOID, [I64, I32]), name=SHARE_OPENMP)
+        b = ir.IRBuilder(fn.append_basic_block("start"))
+        self._store(b, fn.args[1], self.openmp_threads)
+        self._store(b, fn.args[0], self.openmp_parallel)
+        b.ret_void()
+
     def _emit_parallel_for(self) -> None:
         fn = ir.Function(self.m, ir.FunctionType(VOID, [PTR, PTR, I64]), name=PARALLEL_FOR)
         task, context, n = fn.args
         b = ir.IRBuilder(fn.append_basic_block("start"))
+        job = b.alloca(ir.ArrayType(I64, OPENMP_JOB_BYTES // 8))
+        job.type = PTR   # llvmlite types an alloca's address by its contents; fields are read by offset
         serial = b.append_basic_block("serial")
+        own_or_openmp = b.append_basic_block("own_or_openmp")
+        openmp = b.append_basic_block("openmp")
         take = b.append_basic_block("take")
         pooled = b.append_basic_block("pooled")
         worth = b.and_(b.icmp_unsigned(">", n, i64(1)),
                        b.icmp_unsigned(">", self._load(b, self.workers, I64), i64(0)))
-        b.cbranch(worth, take, serial)
+        b.cbranch(worth, own_or_openmp, serial)
+        b.position_at_end(own_or_openmp)
+        gomp_parallel = self._load(b, self.openmp_parallel, I64)
+        b.cbranch(b.icmp_unsigned("!=", gomp_parallel, i64(0)), openmp, take)
+
+        b.position_at_end(openmp)
+        b.store(task, self._job_field(b, job, OPENMP_JOB_TASK))
+        b.store(context, self._job_field(b, job, OPENMP_JOB_CONTEXT))
+        b.store(n, self._job_field(b, job, OPENMP_JOB_TASKS))
+        b.store(i64(0), self._job_field(b, job, OPENMP_JOB_NEXT))
+        if self.x86:
+            b.call(self.stmxcsr, [self._job_field(b, job, OPENMP_JOB_MXCSR)])
+        b.call(FunctionPointer(b.inttoptr(gomp_parallel, PTR), ir.FunctionType(VOID, [PTR, PTR, I32, I32])),
+               [self.openmp_team, job, self._load(b, self.openmp_threads, I32), ir.Constant(I32, 0)])
+        b.ret_void()
+
         b.position_at_end(take)
         taken = b.cmpxchg(self.busy, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire", "monotonic")
         b.cbranch(b.extract_value(taken, 1), pooled, serial)
@@ -384,6 +457,7 @@ class _PoolIr:
             b.store(i64(0), g)
         for g in (self.busy, self.napping, self.stopping, self.sleepers):
             b.store(ir.Constant(I32, 0), g)
+        b.store(i64(0), self.openmp_parallel)   # OpenMP's threads are not in the child either
         b.ret_void()
 
 
