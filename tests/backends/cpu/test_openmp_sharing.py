@@ -123,15 +123,19 @@ def _run(script: str, **env) -> str:
 
 
 SCRIPT = """
-    import multiprocessing, numpy as np, torch, pyxla, pyxla.numpy as pnp
+    import multiprocessing, numpy as np, pyxla, pyxla.numpy as pnp
     from pyxla.backends.cpu.runtime import openmp, pool_threads
-    torch.ones(4) + 1
     rng = np.random.default_rng({seed})
     x = rng.standard_normal((512, 512)).astype(np.float32)
     f = pyxla.jit(lambda a: pnp.tanh(a @ a) + pnp.sum(a), backend="cpu")
-    got = np.asarray(f(x))
+    before = np.asarray(f(x))   # the pool started before torch (and its libgomp) came
     pool = pool_threads.current()
+    print("before torch", pool.openmp, openmp.loaded_gomp_parallel())
+    import torch
+    torch.ones(4) + 1
+    got = np.asarray(f(x))
     print("threads", pool.threads, "openmp", pool.openmp == openmp.loaded_gomp_parallel() != 0)
+    print("same bits as before", np.array_equal(got, before))
     pool.share_openmp(0)
     print("same bits", np.array_equal(np.asarray(f(x)), got))
     x64 = x.astype(np.float64)
@@ -152,12 +156,13 @@ SCRIPT = """
 def test_torchs_libgomp_runs_the_jobs(rng):
     pytest.importorskip("torch")
     out = _run(SCRIPT.format(seed=int(rng.integers(2 ** 31))), PYXLA_NUM_THREADS="2")
+    assert "before torch 0 0" in out
     assert "threads 2 openmp True" in out
-    assert "same bits True" in out
+    assert "same bits as before True" in out and "same bits True" in out
     assert "child (openmp, same bits) (False, True)" in out
 
 
 def test_sharing_turned_off_by_the_environment(rng):
     pytest.importorskip("torch")
     out = _run(SCRIPT.format(seed=int(rng.integers(2 ** 31))), PYXLA_NUM_THREADS="2", PYXLA_SHARE_OPENMP="0")
-    assert "threads 2 openmp False" in out and "same bits True" in out
+    assert "threads 2 openmp False" in out and "same bits True" in out and "same bits as before True" in out

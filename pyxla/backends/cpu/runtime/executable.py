@@ -116,7 +116,6 @@ class CpuExecutable:
         self._root_shape = module.entry.root.shape if module is not None else root_shape
         self.root_shape = self._root_shape
         self.cache_key: str | None = None   # its code's key in the executable cache, when kept there
-        pool_threads.share_loaded_openmp()   # (torch may have been imported since the pool started)
         self._params = module.entry.parameters if module is not None else None
         self.parameter_shapes = [p.shape for p in self._params] if module is not None else list(parameter_shapes)
         self._row_major = [isinstance(shape, ArrayShape) and shape.is_row_major for shape in self.parameter_shapes]
@@ -173,6 +172,8 @@ class CpuExecutable:
 
     def run_physical(self, physical: tuple, arrays: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """Run on a tuple of C-contiguous arrays in the parameters' physical layouts."""
+        if len(sys.modules) != pool_threads.modules_seen:   # (an import may have brought OpenMP)
+            pool_threads.look_for_openmp()
         out_raw = tuple([take() for take in self._takers])
         if self.arena_size:
             try:

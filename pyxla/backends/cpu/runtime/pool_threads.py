@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -107,9 +108,10 @@ def share_loaded_openmp(pool: WorkerPool | None = None) -> bool:
     Why: that library's OpenMP workers busy-wait for milliseconds after each of its parallel
     regions, taking cores from the pool's threads (a torch training step's eager loss ops
     between pyxla's forward and backward graphs); a job handed to OpenMP runs on those very
-    workers, which are awake already. Called when the pool starts and when an executable is
-    made (torch may be imported after the pool started). Never in a forked child: GNU
-    OpenMP's threads do not survive a fork, and its runtime does not notice."""
+    workers, which are awake already. Called when the pool starts and when an executable
+    runs after modules were imported (torch may come after the pool started). Never in a
+    forked child: GNU OpenMP's threads do not survive a fork, and its runtime does not
+    notice."""
     pool = pool or _pool
     if pool is None or pool.openmp or pool.forked:
         return bool(pool and pool.openmp)
@@ -120,4 +122,15 @@ def share_loaded_openmp(pool: WorkerPool | None = None) -> bool:
     if address:
         pool.share_openmp(address)
     return bool(address)
+
+
+modules_seen = 0   # len(sys.modules) when look_for_openmp last looked
+
+
+def look_for_openmp() -> None:
+    """share_loaded_openmp, for an executable's call that saw modules imported since the
+    last look (a cheap sign that a library, torch, may have loaded OpenMP)."""
+    global modules_seen
+    modules_seen = len(sys.modules)
+    share_loaded_openmp()
 
