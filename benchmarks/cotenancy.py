@@ -28,7 +28,9 @@ time the others took from them; on a busy machine other processes take some too)
 each peer, and for pyxla's pool after the MLP, with nothing else of the process running:
 the cores its threads keep busy in windows after its call returns (how long they spin).
 The kernel updates a running thread's run time at scheduler ticks (milliseconds), so the
-shares are rough for short calls.
+shares are rough for short calls. Once torch has loaded GNU OpenMP, pyxla's pool hands its
+jobs to OpenMP's threads (docs/cpu-backend.md, threading): in the torch scenario and after
+it, the "peer" cores are then partly torch's workers running pyxla's tasks.
 
 The peers are the user's: nothing pyxla does changes their settings. `--idle-peers` runs
 the same scenarios as a user who configured the peers not to spin would (OpenBLAS's

@@ -583,7 +583,9 @@ def test_convolution_writes_its_result_inside_a_border(value, dims, padding, bor
     fill = conv_tiles._fill_border
     monkeypatch.setattr(conv_tiles, "_fill_border", lambda ke, pad, lows: filled.append(lows) or fill(ke, pad, lows))
     text = PADDED_OUTPUT.format(value=value, dims=dims, padding=padding)
-    got = assert_cpu_matches_interpreter(text, rng, rtol=1e-5, atol=1e-4)
+    # sums of 216 products of values of about 3 (to ~1e3; Winograd's transforms round them
+    # in f32): an element that cancels to near zero is off by up to ~1e-4; a misplaced one by ~10
+    got = assert_cpu_matches_interpreter(text, rng, rtol=1e-5, atol=1e-3)
     assert got[0].shape == tuple(map(int, dims.split(",")))
     assert bool(filled) == border
 

@@ -44,7 +44,13 @@ idle workers busy-wait after each of their calls (OpenBLAS for about 0.1 s) and 
 from the pool. Dynamic claiming is the pool's defence: a thread that gets less of a core
 runs fewer tasks, and the job waits at most for the task it holds. The pool does not touch
 those libraries' settings (none of their calls ends a spin already begun: measured for
-OpenBLAS; docs/cpu-backend.md and benchmarks/cotenancy.py).
+OpenBLAS; docs/cpu-backend.md and benchmarks/cotenancy.py). Where one of them brought GNU
+OpenMP (torch), the pool hands its jobs to it instead (`share_openmp`, set by
+pool_threads.share_loaded_openmp): `GOMP_parallel` runs `openmp_team` on OpenMP's threads,
+which claim tasks from a job on the caller's stack as the pool's threads do, with the job's
+MXCSR and their own put back afterwards; OpenMP's workers, spinning after torch's last
+parallel region, are then the ones that run pyxla's tasks. The public GOMP_parallel entry
+is GCC's ABI, the same in every libgomp since GCC 4.9.
 
 Workers run with the caller's MXCSR (flush-to-zero, denormals-are-zero, rounding), copied
 into the job, so every thread computes bit for bit what a serial run computes.
