@@ -30,7 +30,7 @@ demo: $(STAMP)
 # Lint and type-check first: they take seconds, the suite minutes.
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m mypy pyxla/hlo pyxla/passes
+	$(PY) -m mypy pyxla/hlo pyxla/passes pyxla/fusion
 	$(PY) -m pytest -n 2 -q
 
 BENCH_STAMP := $(VENV)/.installed-bench

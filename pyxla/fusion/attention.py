@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,14 +64,14 @@ class AttentionParts:
     """The instructions of a matched pattern (in the module, or in a fused computation)."""
     scores_dot: HloInstruction    # dot(Q, K)
     scores: HloInstruction        # x: the softmax's input, elementwise on the scores_dot
-    chain: list                   # the elementwise ops from scores_dot to scores, operands first
+    chain: list[HloInstruction]   # the elementwise ops from scores_dot to scores, operands first
     row_max: HloInstruction
     exp: HloInstruction
     row_sum: HloInstruction
     probabilities: HloInstruction
     output_dot: HloInstruction    # dot(P, V)
-    between: list                 # ops from P to output_dot: a select zeroing fully masked rows
-                                  # (and what computes its predicate), a reshape merging batch dims
+    between: list[HloInstruction]  # ops from P to output_dot: a select zeroing fully masked rows
+                                   # (and what computes its predicate), a reshape merging batch dims
     zero_masked_rows: bool        # rows whose scores are all -inf give 0 (the select), not NaN
 
     def members(self) -> list[HloInstruction]:
@@ -105,11 +106,11 @@ def _reducer_is(reduce: HloInstruction, opcode: str) -> bool:
     return params == {0, 1} and len(comp.instructions) == 3
 
 
-def _row_reduction(r: HloInstruction, opcode: str, init: float, rows: tuple) -> str | None:
+def _row_reduction(r: HloInstruction, opcode: str, init: float, rows: tuple[int, ...]) -> str | None:
     if r.opcode != "reduce" or len(r.operands) != 2:
         return f"{r.opcode} is not a reduce"
-    operand = r.operands[0].shape
-    if tuple(r.attrs["dimensions"]) != (operand.rank - 1,) or r.shape.dims != rows:
+    operand = r.operands[0].array_shape
+    if tuple(r.attrs["dimensions"]) != (operand.rank - 1,) or r.array_shape.dims != rows:
         return "reduces something other than the last (key) dimension"
     if not _reducer_is(r, opcode):
         return f"reducer is not {opcode}"
@@ -127,7 +128,7 @@ def _batch_dot(d: HloInstruction, nb: int) -> bool:
     return (d.opcode == "dot" and tuple(a.get("lhs_batch_dims", ())) == tuple(range(nb))
             and tuple(a.get("rhs_batch_dims", ())) == tuple(range(nb))
             and len(a.get("lhs_contracting_dims", ())) == 1 and len(a.get("rhs_contracting_dims", ())) == 1
-            and d.operands[0].shape.rank == nb + 2 and d.operands[1].shape.rank == nb + 2)
+            and d.operands[0].array_shape.rank == nb + 2 and d.operands[1].array_shape.rank == nb + 2)
 
 
 def match_attention(output_dot: HloInstruction) -> AttentionParts | str:
@@ -139,7 +140,7 @@ def match_attention(output_dot: HloInstruction) -> AttentionParts | str:
     if not _batch_dot(d2, nb2) or tuple(d2.attrs["lhs_contracting_dims"]) != (nb2 + 1,):
         return "not a batched product contracting P's last dimension"
     p = d2.operands[0]
-    between: list = []
+    between: list[HloInstruction] = []
     if p.opcode == "reshape" and _merges_batch(p):
         between.append(p)
         p = p.operands[0]
@@ -151,9 +152,9 @@ def match_attention(output_dot: HloInstruction) -> AttentionParts | str:
         between += found
         zero_rows = True
         p = p.operands[2]
-    rank = p.shape.rank
+    rank = p.array_shape.rank
     nb = rank - 2
-    rows = p.shape.dims[:-1]
+    rows = p.array_shape.dims[:-1]
     if p.opcode != "divide" or not _is_row_broadcast(p.operands[1], rank):
         return "P is not e / broadcast(sum)"
     e, row_sum = p.operands[0], p.operands[1].operands[0]
@@ -171,10 +172,10 @@ def match_attention(output_dot: HloInstruction) -> AttentionParts | str:
         return f"row max: {why or 'not of the same scores'}"
     if not all(_is_f32(i) for i in (p, e, sub, x)):
         return "softmax not in f32"
-    found = _score_chain(x, nb)
-    if isinstance(found, str):
-        return found
-    d1, chain = found
+    scored = _score_chain(x, nb)
+    if isinstance(scored, str):
+        return scored
+    d1, chain = scored
     if zero_rows:
         row_pred = between[-1]
         if not _all_minus_inf(row_pred, x):
@@ -193,22 +194,22 @@ def match_attention(output_dot: HloInstruction) -> AttentionParts | str:
     return parts
 
 
-def _score_chain(x: HloInstruction, nb: int) -> tuple[HloInstruction, list] | str:
+def _score_chain(x: HloInstruction, nb: int) -> tuple[HloInstruction, list[HloInstruction]] | str:
     """(dot(Q, K), the elementwise ops from it to x, operands first) or why not."""
-    dims = x.shape.dims
+    dims = x.array_shape.dims
     dots: dict[int, HloInstruction] = {}
     on_path: dict[int, HloInstruction] = {}
 
-    def reaches_dot(i: HloInstruction, seen: dict) -> bool:
+    def reaches_dot(i: HloInstruction, seen: dict[int, bool]) -> bool:
         if id(i) in seen:
             return seen[id(i)]
-        if i.opcode == "dot" and _is_f32(i) and i.shape.dims == dims and _batch_dot(i, nb):
+        if i.opcode == "dot" and _is_f32(i) and i.array_shape.dims == dims and _batch_dot(i, nb):
             dots[id(i)] = i
             seen[id(i)] = True
             return True
-        if i.opcode == "reshape" and i.shape.dims == dims and _merges_batch(i, split=True):
+        if i.opcode == "reshape" and i.array_shape.dims == dims and _merges_batch(i, split=True):
             d = i.operands[0]
-            if d.opcode == "dot" and _is_f32(d) and _batch_dot(d, d.shape.rank - 2):
+            if d.opcode == "dot" and _is_f32(d) and _batch_dot(d, d.array_shape.rank - 2):
                 dots[id(d)] = d
                 on_path[id(i)] = i
                 seen[id(i)] = True
@@ -239,7 +240,7 @@ def _score_chain(x: HloInstruction, nb: int) -> tuple[HloInstruction, list] | st
 def _merges_batch(r: HloInstruction, split: bool = False) -> bool:
     """Whether reshape `r` only merges (or, with split, splits) the leading batch dimensions,
     keeping the last two: the same elements in the same order per matrix."""
-    a, b_ = (r.operands[0].shape, r.shape) if not split else (r.shape, r.operands[0].shape)
+    a, b_ = (r.operands[0].array_shape, r.array_shape) if not split else (r.array_shape, r.operands[0].array_shape)
     return (a.rank >= 2 and b_.rank >= 2 and a.dims[-2:] == b_.dims[-2:] and a.is_row_major and b_.is_row_major
             and int(np.prod(a.dims)) == int(np.prod(b_.dims)))
 
@@ -250,12 +251,12 @@ def _is_constant(i: HloInstruction, value: float) -> bool:
     return _scalar_constant(i) == value
 
 
-def _zeroing_select(sel: HloInstruction) -> list | str:
+def _zeroing_select(sel: HloInstruction) -> list[HloInstruction] | str:
     """select(broadcast(rows), 0, P): the ops it holds (the select, its broadcasts and
     constants, the row predicate's ops), or why it is not that form. Whether the predicate
     is "all scores of the row are -inf" is checked by _all_minus_inf."""
     pred, zero, _ = sel.operands
-    if pred.opcode != "broadcast" or not _is_row_broadcast(pred, sel.shape.rank) or not _is_constant(zero, 0.0):
+    if pred.opcode != "broadcast" or not _is_row_broadcast(pred, sel.array_shape.rank) or not _is_constant(zero, 0.0):
         return "a select after the softmax other than one zeroing whole rows"
     ops = [sel, pred, zero] + ([zero.operands[0]] if zero.opcode == "broadcast" else [])
     return ops + [pred.operands[0]]
@@ -287,7 +288,7 @@ def _all_minus_inf(row_pred: HloInstruction, x: HloInstruction) -> bool:
     while row_pred.opcode == "not":
         flip, row_pred = not flip, row_pred.operands[0]
     if row_pred.opcode != "reduce" or len(row_pred.operands) != 2 or \
-            tuple(row_pred.attrs["dimensions"]) != (x.shape.rank - 1,):
+            tuple(row_pred.attrs["dimensions"]) != (x.array_shape.rank - 1,):
         return False
     kind = "or" if _reducer_is(row_pred, "or") else "and" if _reducer_is(row_pred, "and") else None
     inner = polarity(row_pred.operands[0])
@@ -310,7 +311,7 @@ def predicate_ops(row_pred: HloInstruction, x: HloInstruction) -> list[HloInstru
     return found
 
 
-def _chain_op_refused(i: HloInstruction, on_path: dict) -> str | None:
+def _chain_op_refused(i: HloInstruction, on_path: dict[int, HloInstruction]) -> str | None:
     """Ops allowed between Q K^T and the softmax: a scale (multiply or divide by a scalar
     broadcast), an additive mask or bias (add, subtract), select(mask, ...), convert."""
     if i.opcode == "convert" or i.opcode == "select" and id(i.operands[0]) not in on_path:
@@ -323,8 +324,8 @@ def _chain_op_refused(i: HloInstruction, on_path: dict) -> str | None:
         side = [op for op in i.operands if id(op) not in on_path]
         if i.opcode == "divide" and id(i.operands[1]) in on_path:
             return "divides by the scores"
-        if len(side) == 1 and (side[0].shape.size == 1 or side[0].opcode == "broadcast"
-                               and side[0].operands[0].shape.size == 1):
+        if len(side) == 1 and (side[0].array_shape.size == 1 or side[0].opcode == "broadcast"
+                               and side[0].operands[0].array_shape.size == 1):
             return None
         return f"{i.opcode} by something other than a scalar (not a scale)"
     return f"{i.opcode} is not a scale, an additive mask or a select"
@@ -340,7 +341,8 @@ VIEW_OPS = frozenset({"transpose", "reshape", "slice"})
 OUTPUT_VIEW_OPS = frozenset({"transpose", "reshape"})
 
 
-def _reshape_strides(old_dims, old_strides, new_dims) -> list[int] | None:
+def _reshape_strides(old_dims: Sequence[int], old_strides: Sequence[int],
+                     new_dims: Sequence[int]) -> list[int] | None:
     """Strides of a reshape of a strided array without a copy (NumPy's rule), or None."""
     old = [(d, st) for d, st in zip(old_dims, old_strides) if d != 1]
     new_strides = [0] * len(new_dims)
@@ -372,14 +374,15 @@ def _reshape_strides(old_dims, old_strides, new_dims) -> list[int] | None:
     return new_strides
 
 
-def view_through(op: HloInstruction, dims, strides, offset: int):
+def view_through(op: HloInstruction, dims: Sequence[int], strides: Sequence[int],
+                 offset: int) -> tuple[list[int], int] | None:
     """(strides, offset) of `op`'s result when its operand is the strided view (dims,
     strides, offset); None when it is not a view without a copy."""
     if op.opcode == "transpose":
         perm = op.attrs["dimensions"]
         return [strides[p] for p in perm], offset
     if op.opcode == "reshape":
-        new = _reshape_strides(dims, strides, op.shape.dims)
+        new = _reshape_strides(dims, strides, op.array_shape.dims)
         return (new, offset) if new is not None else None
     if op.opcode == "slice":
         spec = op.attrs["slice"]
@@ -388,19 +391,20 @@ def view_through(op: HloInstruction, dims, strides, offset: int):
     return None
 
 
-def operand_view(value: HloInstruction, single_use: bool = False):
+def operand_view(value: HloInstruction,
+                 single_use: bool = False) -> tuple[HloInstruction, list[HloInstruction], list[int], int]:
     """(the array beneath, the chain of view ops from value down to it, strides, offset) for
     the operand `value`: strides and offset of value's elements in the array's buffer. With
     `single_use` the chain stops below an op that has other users."""
-    chain = []
+    chain: list[HloInstruction] = []
     while value.opcode in VIEW_OPS and _is_f32(value) and (not single_use or len(value.users) == 1):
         chain.append(value)
         value = value.operands[0]
     while chain:
-        strides, offset = element_strides(value.shape), 0
+        strides, offset = element_strides(value.array_shape), 0
         ok = True
         for op in reversed(chain):
-            got = view_through(op, op.operands[0].shape.dims, strides, offset)
+            got = view_through(op, op.operands[0].array_shape.dims, strides, offset)
             if got is None:
                 ok = False
                 break
@@ -408,20 +412,20 @@ def operand_view(value: HloInstruction, single_use: bool = False):
         if ok:
             return value, list(reversed(chain)), strides, offset
         value = chain.pop()     # the op nearest the array stays a buffer: try the rest
-    return value, [], element_strides(value.shape), 0
+    return value, [], element_strides(value.array_shape), 0
 
 
 def output_view(dot: HloInstruction, root: HloInstruction) -> list[int] | None:
     """Strides of `dot`'s elements in the buffer of `root`, a chain of transposes and
     reshapes of dot; None when that is not a view."""
-    chain = []
+    chain: list[HloInstruction] = []
     value = root
     while value is not dot:
         if value.opcode not in OUTPUT_VIEW_OPS:
             return None
         chain.append(value)
         value = value.operands[0]
-    strides, dims = element_strides(root.shape), root.shape.dims
+    strides, dims = element_strides(root.array_shape), root.array_shape.dims
     for op in chain:    # undo each op, from the root down
         if op.opcode == "transpose":
             perm = op.attrs["dimensions"]
@@ -430,10 +434,11 @@ def output_view(dot: HloInstruction, root: HloInstruction) -> list[int] | None:
                 inverse[p_] = i
             strides = [strides[inverse[d]] for d in range(len(perm))]
         else:
-            strides = _reshape_strides(dims, strides, op.operands[0].shape.dims)
-            if strides is None:
+            reshaped = _reshape_strides(dims, strides, op.operands[0].array_shape.dims)
+            if reshaped is None:
                 return None
-        dims = op.operands[0].shape.dims
+            strides = reshaped
+        dims = op.operands[0].array_shape.dims
     return strides
 
 
@@ -446,6 +451,7 @@ def output_dot_of(root: HloInstruction) -> HloInstruction:
 
 def parts_of_fusion(comp: HloComputation) -> AttentionParts:
     """The pattern inside an attention fusion's computation (its root is the output dot)."""
+    assert comp.root is not None, f"{comp.name} has no ROOT"
     parts = match_attention(output_dot_of(comp.root))
     if isinstance(parts, str):
         raise ValueError(f"{comp.name} is not an attention fusion: {parts}")
@@ -461,7 +467,7 @@ def _fuse(module: HloModule, comp: HloComputation, parts: AttentionParts) -> Hlo
         for op in i.operands:
             if id(op) in inside:
                 continue
-            if op.opcode == "broadcast" and (len(op.users) == 1 or op.operands[0].shape.size == 1):
+            if op.opcode == "broadcast" and (len(op.users) == 1 or op.operands[0].array_shape.size == 1):
                 members.append(op)
                 inside.add(id(op))
                 if _scalar_constant(op.operands[0]) is not None:

@@ -15,6 +15,7 @@ donated parameter whose shape matches an output becomes that output's buffer.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..hlo.computation import HloComputation
@@ -22,7 +23,7 @@ from ..hlo.cost_analysis import byte_size
 from ..hlo.instruction import HloInstruction
 from ..hlo.module import HloModule
 from ..hlo.ops import op_def
-from ..hlo.shape import ArrayShape, TupleShape
+from ..hlo.shape import ArrayShape, Shape, TupleShape
 
 VIEWS = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier"})   # no memory of their own
 ALIGNMENT = 64
@@ -88,6 +89,7 @@ class BufferAssignment:
 
 def _output_values(comp: HloComputation) -> list[HloInstruction]:
     """The instructions whose buffers hold the ROOT's value."""
+    assert comp.root is not None, f"computation {comp.name} has no ROOT"
     return _storages(comp.root)
 
 
@@ -100,14 +102,14 @@ def _leaves(value: HloInstruction) -> list[tuple[HloInstruction, int]]:
         return [leaf for o in value.operands for leaf in _leaves(o)]
     if op == "get-tuple-element":
         source = value.operands[0]
-        start = sum(_leaf_count(e) for e in source.shape.elements[:value.attrs["index"]])
+        start = sum(_leaf_count(e) for e in source.tuple_shape.elements[:value.attrs["index"]])
         return _leaves(source)[start:start + _leaf_count(value.shape)]
     if op in ("bitcast", "opt-barrier"):
         return _leaves(value.operands[0])
     return [(value, k) for k in range(_leaf_count(value.shape))]
 
 
-def _leaf_count(shape) -> int:
+def _leaf_count(shape: Shape) -> int:
     if isinstance(shape, ArrayShape):
         return 1
     return sum(_leaf_count(e) for e in shape.elements) if isinstance(shape, TupleShape) else 0
@@ -136,7 +138,7 @@ UPDATES = frozenset({"dynamic-update-slice", "scatter"})
 
 def _same_bytes(a: ArrayShape, b: ArrayShape) -> bool:
     """Element i of both arrays is at the same place in memory."""
-    def physical(s):
+    def physical(s: ArrayShape) -> tuple[int, ...]:
         return tuple(d for d in s.minor_to_major if s.dims[d] != 1)
     return a.dims == b.dims and a.dtype.bytes == b.dtype.bytes and physical(a) == physical(b)
 
@@ -184,7 +186,7 @@ def elementwise_reach(value: HloInstruction, stop: HloInstruction | None = None)
                 continue
             seen.add(id(u))
             if (op_def(u.opcode).fusion_kind != "elementwise" or not isinstance(u.shape, ArrayShape)
-                    or u.shape.dims != value.shape.dims):
+                    or u.shape.dims != value.array_shape.dims):
                 return None
             pending.append(u)
     return seen
@@ -204,6 +206,7 @@ def read_elementwise(value: HloInstruction, root: HloInstruction, stop: HloInstr
 def assign_buffers(module: HloModule, comp: HloComputation | None = None,
                    donated: tuple[int, ...] = ()) -> BufferAssignment:
     comp = comp or module.entry
+    assert comp is not None, f"module {module.name} has no ENTRY computation"
     schedule = comp.instructions   # scheduled order
     position = {id(i): n for n, i in enumerate(schedule)}
     end_of_program = len(schedule)
@@ -248,14 +251,16 @@ def assign_buffers(module: HloModule, comp: HloComputation | None = None,
     return assignment
 
 
-def _in_place_host(instr, buffer_of, last_use, position) -> Buffer | None:
+def _in_place_host(instr: HloInstruction, buffer_of: dict[int, Buffer], last_use: dict[int, int],
+                   position: dict[int, int]) -> Buffer | None:
     for op in dict.fromkeys(instr.operands):
         s = _storage(op)
         if s is None:
             continue
         host = buffer_of.get(id(s))
+        # (_storage found s, so op and s both have array shapes)
         if (host is not None and host.kind == "temp" and last_use.get(id(s)) == position[id(instr)]
-                and host.end == position[id(instr)] and _same_bytes(op.shape, s.shape)
+                and host.end == position[id(instr)] and _same_bytes(op.array_shape, s.array_shape)
                 and _can_write_in_place(instr, op)):
             return host
     return None
@@ -286,6 +291,7 @@ def _loop_state_updates(module: HloModule, body: HloComputation) -> dict[int, in
                 for owner, k in _leaves(op):
                     if owner is param:
                         last_read[k] = max(last_read.get(k, -1), position[id(instr)])
+    assert body.root is not None, f"computation {body.name} has no ROOT"
     results = _leaves(body.root)
     for j, (owner, k) in enumerate(results):
         if owner is param and k != j:
@@ -328,7 +334,7 @@ def module_assignment_text(module: HloModule, entry: BufferAssignment) -> str:
     return "\n\n".join([entry.to_text()] + [assign_buffers(module, c).to_text() for c in called])
 
 
-def _place(temps) -> int:
+def _place(temps: Iterable[Buffer]) -> int:
     """Offsets for temp buffers: largest first, each at the lowest aligned offset free for
     its whole live range. Returns the arena size."""
     placed: list[Buffer] = []

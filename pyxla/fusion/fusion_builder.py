@@ -36,6 +36,7 @@ def _clone_into(module: HloModule, comp: HloComputation, instr: HloInstruction,
 def make_fusion(module: HloModule, instr: HloInstruction) -> HloInstruction:
     """Replace `instr` by a fusion instruction that computes just it."""
     parent = instr.parent
+    assert parent is not None, f"{instr.describe()} is in no computation"
     comp = HloComputation(module.fresh_name("fused_computation"))
     comp.is_fusion_computation = True
     distinct: list[HloInstruction] = []
@@ -161,7 +162,8 @@ def fuse_producer(module: HloModule, fusion: HloInstruction, producer: HloInstru
     When the producer has other users it stays where it is for them (it is duplicated).
     """
     comp: HloComputation = fusion.attrs["calls"]
-    parent: HloComputation = fusion.parent
+    parent = fusion.parent
+    assert parent is not None, f"{fusion.describe()} is in no computation"
     index = fusion.operands.index(producer)
     param = next(p for p in comp.parameters if p.parameter_number == index)
     operand_params = []

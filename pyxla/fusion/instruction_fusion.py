@@ -34,7 +34,7 @@ def _log_enabled() -> bool:
 class FusionLog:
     """Every decision with its reason; printed under PYXLA_DEBUG=fusion, kept for dumps."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lines: list[str] = []
         self.echo = _log_enabled()
 
@@ -99,13 +99,15 @@ def fusion_pass(policy: FusionPolicy | None = None, log: FusionLog | None = None
             if comp.is_fusion_computation or _is_scalar_computation(module, comp):
                 continue
             changed |= fuse_computation(module, comp, policy, decisions)
-        module.fusion_log = decisions.lines
+        # An annotation on the module, as front ends attach theirs (clone() copies it, the
+        # compiler's dump reads it with getattr): not a field HloModule declares.
+        module.fusion_log = decisions.lines   # type: ignore[attr-defined]
         return changed
 
     return HloPass("fusion", run, "Merge producer-consumer chains of cheap ops into fusion kernels.")
 
 
-def _is_scalar_computation(module: HloModule, comp) -> bool:
+def _is_scalar_computation(module: HloModule, comp: HloComputation) -> bool:
     """Reducers, comparators and scatter combiners: called per element, never fused into."""
     for c in module.computations:
         for instr in c.instructions:

@@ -17,10 +17,10 @@ from ..passes.hlo_pass import HloPass
 from .fusion_builder import make_fusion, prepare_fusions
 
 
-def _reduce_signature(instr: HloInstruction):
+def _reduce_signature(instr: HloInstruction) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """(operand dims, reduced dims) of the reduction(s) an instruction ends in, or None."""
     if instr.opcode == "reduce" and len(instr.operands) == 2:
-        return instr.operands[0].shape.dims, tuple(sorted(instr.attrs["dimensions"]))
+        return instr.operands[0].array_shape.dims, tuple(sorted(instr.attrs["dimensions"]))
     if instr.opcode == "fusion" and instr.attrs.get("kind") == "kInput":
         root = instr.attrs["calls"].root
         roots = root.operands if root.opcode == "tuple" else [root]
@@ -50,7 +50,8 @@ def _outputs(fusion: HloInstruction) -> list[HloInstruction]:
 
 def merge_siblings(module: HloModule, a: HloInstruction, b: HloInstruction) -> HloInstruction:
     """One fusion computing the outputs of fusions `a` and `b`."""
-    comp: HloComputation = a.parent
+    comp = a.parent
+    assert comp is not None, f"{a.describe()} is in no computation"
     operands: list[HloInstruction] = list(dict.fromkeys(a.operands + b.operands))
     fused = HloComputation(module.fresh_name("fused_computation"))
     fused.is_fusion_computation = True

@@ -6,9 +6,11 @@ pass only asks; every "no" it gets is logged with this reason (PYXLA_DEBUG=fusio
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 
+from ..hlo.computation import HloComputation
 from ..hlo.instruction import HloInstruction
 from ..hlo.ops import op_def
 from ..hlo.ops.registry import is_expensive
@@ -103,22 +105,26 @@ class FusionPolicy:
             return "a variadic reduce (argmax) is its own kernel"
         if len(producer.users) != 1:
             return f"{producer.opcode} has {len(producer.users)} users"
-        rows = reduce.operands[0].shape.dims
+        rows = reduce.operands[0].array_shape.dims
         dims = tuple(sorted(reduce.attrs["dimensions"]))
         if dims != tuple(range(len(rows) - len(dims), len(rows))):
             return "reduces dimensions that are not the trailing (row) dimensions"
         kept = tuple(range(len(rows) - len(dims)))
+        reduced = reduce.array_shape.dims   # one input, one result: an array
         if consumer.opcode != "fusion":
-            if op_def(consumer.opcode).fusion_kind != "elementwise" or consumer.shape.dims != reduce.shape.dims:
+            if op_def(consumer.opcode).fusion_kind != "elementwise" or consumer.array_shape.dims != reduced:
                 return f"{consumer.opcode} is neither an epilogue of the reduction nor a row fusion"
             return None
-        problem = _uses_per_row(fused_parameter(consumer, producer), reduce.shape.dims, rows, kept)
+        problem = _uses_per_row(fused_parameter(consumer, producer), reduced, rows, kept)
         if problem:
             return problem
         root = consumer.attrs["calls"].root
-        root_rows = root.operands[0].shape.dims if root.opcode == "reduce" else root.shape.dims
-        if root_rows not in (rows, reduce.shape.dims):
-            return "the fusion does not iterate over the reduced rows"
+        # A multi-output reduction (a tuple of reduces, as XLA's sibling fusion or
+        # multi_output.py makes them) iterates over the rows of each of its outputs.
+        for out in root.operands if root.opcode == "tuple" else [root]:
+            out_rows = out.operands[0].array_shape.dims if out.opcode == "reduce" else out.array_shape.dims
+            if out_rows not in (rows, reduced):
+                return "the fusion does not iterate over the reduced rows"
         return None
 
     def _refuse_output_fusion(self, gemm: HloInstruction, consumer: HloInstruction,
@@ -128,19 +134,20 @@ class FusionPolicy:
         if merging is None and len(gemm.users) != 1:
             return f"{gemm.opcode} has {len(gemm.users)} users"
         root = consumer.attrs["calls"].root if consumer.opcode == "fusion" else consumer
+        product = gemm.array_shape.dims   # a dot, a convolution, or an output fusion's array root
         if root.opcode == "pad" and self.padded_convolution_output and (gemm.opcode == "convolution" or (
                 merging is not None and _contains(merging, lambda i: i.opcode == "convolution"))):
             root = root.operands[0]   # the result inside a border: the next convolution's padded input
-            if root.shape.dims != gemm.shape.dims:
+            if root.array_shape.dims != product:
                 return "pads something else"
             if root.opcode == "parameter" or consumer.opcode != "fusion":
                 return None   # the product itself, padded
         reshaped = self.dot_epilogue_reshaped_rows and gemm.opcode == "dot"
-        if reshaped and root.opcode in ("reshape", "bitcast") and same_rows(root.shape.dims, gemm.shape.dims) \
-                and same_rows(root.operands[0].shape.dims, gemm.shape.dims):
+        if reshaped and root.opcode in ("reshape", "bitcast") and same_rows(root.array_shape.dims, product) \
+                and same_rows(root.operands[0].array_shape.dims, product):
             root = root.operands[0]   # the next MatMul's [b, m, n] -> [b * m, n]: moves no element
         if op_def(root.opcode).fusion_kind != "elementwise" or not (
-                root.shape.dims == gemm.shape.dims or reshaped and same_rows(root.shape.dims, gemm.shape.dims)):
+                root.array_shape.dims == product or reshaped and same_rows(root.array_shape.dims, product)):
             return f"{consumer.opcode} is not an elementwise epilogue of the same shape"
         if consumer.opcode == "fusion" and _contains(consumer, lambda i: i.opcode in OUTPUT_FUSION_ROOTS | {"reduce"}):
             return "the fusion already holds a dot, convolution or reduction"
@@ -166,7 +173,7 @@ class FusionPolicy:
         return None
 
 
-def same_rows(dims: tuple, product: tuple) -> bool:
+def same_rows(dims: tuple[int, ...], product: tuple[int, ...]) -> bool:
     """Whether an array of `dims` is a dot's result of dims `product` reshaped so that it moves
     no element: 1s put before the product's dims, or a plain product's rows [m, n] as
     [b..., m / b..., n]. An ONNX MatMul of [4, 128, 768] by [768, n] is a dot of [512, 768]
@@ -178,7 +185,7 @@ def same_rows(dims: tuple, product: tuple) -> bool:
     return len(product) == 2 and len(dims) >= 1 and dims[-1] == product[-1] and prod(dims[:-1]) == product[0]
 
 
-def not_duplicated(comp) -> frozenset[HloInstruction]:
+def not_duplicated(comp: HloComputation) -> frozenset[HloInstruction]:
     """The instructions of `comp` that must not be duplicated into several consumers: the
     operands of a cheap value that will be (it has several users) and reads more bytes than it
     writes (XLA's rule for globally unfusible operands). Duplicating the value already reads its
@@ -208,7 +215,8 @@ def _no_chain(operand: HloInstruction) -> bool:
     return all(o.opcode in _LEAVES for o in operand.operands)
 
 
-def _uses_per_row(param: HloInstruction, reduced: tuple, rows: tuple, kept: tuple) -> str | None:
+def _uses_per_row(param: HloInstruction, reduced: tuple[int, ...], rows: tuple[int, ...],
+                  kept: tuple[int, ...]) -> str | None:
     """None when every use of a reduced value is elementwise on the reduced shape and ends in a
     broadcast back over the rows; else which use is not."""
     stack = list(param.users)
@@ -219,10 +227,11 @@ def _uses_per_row(param: HloInstruction, reduced: tuple, rows: tuple, kept: tupl
             continue
         seen.add(id(user))
         if user.opcode == "broadcast":
-            if tuple(user.attrs["dimensions"]) == kept and user.shape.dims == rows:
+            if tuple(user.attrs["dimensions"]) == kept and user.array_shape.dims == rows:
                 continue
             return "its result is broadcast to something other than its own rows"
-        if op_def(user.opcode).fusion_kind == "elementwise" and user.shape.dims == reduced:
+        if op_def(user.opcode).fusion_kind == "elementwise" and user.array_shape.dims == reduced:
+            assert user.parent is not None   # an instruction of the consumer's fused computation
             if user is user.parent.root:
                 continue
             stack.extend(user.users)
@@ -237,7 +246,7 @@ def fused_parameter(fusion: HloInstruction, operand: HloInstruction) -> HloInstr
     return next(p for p in fusion.attrs["calls"].parameters if p.parameter_number == number)
 
 
-def _contains(fusion: HloInstruction, test) -> bool:
+def _contains(fusion: HloInstruction, test: Callable[[HloInstruction], bool]) -> bool:
     return any(test(i) for i in fusion.attrs["calls"].instructions)
 
 
@@ -288,6 +297,6 @@ def _reads_more_than_once(producer: HloInstruction, consumer: HloInstruction) ->
                 return True
         elif u.opcode in ("reduce-window", "gather"):
             return True
-        elif u.opcode != "reduce" and isinstance(u.shape, ArrayShape) and u.shape.size > producer.shape.size:
+        elif u.opcode != "reduce" and isinstance(u.shape, ArrayShape) and u.shape.size > producer.array_shape.size:
             return True
     return False

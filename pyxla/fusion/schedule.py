@@ -31,7 +31,7 @@ def schedule_computation(comp: HloComputation) -> list[HloInstruction]:
     users = {id(i): [u for u in dict.fromkeys(i.users) if id(u) in members] for i in order}
     unscheduled_users = {id(i): len(users[id(i)]) for i in order}
 
-    def priority(instr: HloInstruction) -> tuple:
+    def priority(instr: HloInstruction) -> tuple[int, int]:
         freed = sum(_allocates(o) for o in dict.fromkeys(instr.operands)
                     if id(o) in members and unscheduled_users[id(o)] == 1 and o is not comp.root)
         return (_allocates(instr) - freed, position[id(instr)])
@@ -42,7 +42,7 @@ def schedule_computation(comp: HloComputation) -> list[HloInstruction]:
     while ready:
         _, _, instr = heapq.heappop(ready)
         scheduled.append(instr)
-        touched = set()
+        touched: set[int] = set()
         for op in dict.fromkeys(instr.operands):
             if id(op) in members:
                 unscheduled_users[id(op)] -= 1
