@@ -55,8 +55,8 @@ def load(source, *, backend: str | None = None, base_dir: str | os.PathLike | No
                "size_buckets": size_buckets}
     name = backend or _default_backend()
     indexed = load_index.enabled(name, dynamic)
-    data = _source_bytes(source) if indexed else None
-    if data is not None and len(data) < load_index.PROTOBUF_LIMIT:
+    data = _source_bytes(source)
+    if indexed and data is not None and len(data) < load_index.PROTOBUF_LIMIT:
         # the file's own bytes: an entry under this key was written only for a model that
         # keeps no data outside them, and it describes the inputs and outputs
         index_key = load_index.model_key(data, name, check)
@@ -72,15 +72,17 @@ def load(source, *, backend: str | None = None, base_dir: str | os.PathLike | No
     proto, external = _parse(source, base_dir, data)
     index_key = known = None
     describes = False
-    if indexed and proto.ByteSize() < load_index.PROTOBUF_LIMIT:
-        describes = data is not None and not external
+    own_bytes = data if data is not None and not external else None   # all the model is, serialized
+    size = len(own_bytes) if own_bytes is not None else None
+    if indexed and (size if size is not None else proto.ByteSize()) < load_index.PROTOBUF_LIMIT:
+        describes = own_bytes is not None
         # the model's whole content (external data read in), so an edited weight file misses
         index_key = load_index.model_key(data if describes else proto.SerializeToString(deterministic=True),
                                          name, check)
         known = load_index.load_model_entry(index_key)
     if check and known is None:
         from .model_file import check_model
-        check_model(proto)
+        check_model(proto, own_bytes)
     model = OnnxModel(proto, **options, index_key=index_key, known=known)
     model.index_describes = describes
     return model

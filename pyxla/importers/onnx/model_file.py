@@ -76,17 +76,22 @@ def read_model(source, base_dir: str | os.PathLike | None = None, data: bytes | 
     return model, external
 
 
-def check_model(model) -> None:
+def check_model(model, data: bytes | None = None) -> None:
     """onnx.checker's full check: the structural checks (types, attributes, opset imports,
     graph wiring) and strict shape and type inference, which refuses what ONNX runtimes
     refuse (a Conv with integer weights, Gather with float indices, a Loop whose condition
     does not match its body's). A refusal is an OnnxImportError with the checker's message
-    and the node it names."""
+    and the node it names.
+
+    `data`: the bytes `model` was parsed from, when it keeps no data outside them. The
+    checker then reads those instead of the model serialized again, and their length is
+    the model's size: measuring and serializing a 650 MB model (GPT-2 small's weights)
+    took 2.4 and 1.5 s here."""
     import onnx
 
-    if model.ByteSize() >= _PROTOBUF_LIMIT:
+    if (len(data) if data is not None else model.ByteSize()) >= _PROTOBUF_LIMIT:
         return       # the checker cannot serialize it; the importer still checks every node
-    error = _checker_error(model)
+    error = _checker_error(data if data is not None else model)
     if error is not None and isinstance(error, onnx.shape_inference.InferenceError):
         # ONNX's inference does not give a function-defined operator's body the schema's
         # default for an attribute the node leaves unset (MeanVarianceNormalization's
@@ -100,6 +105,7 @@ def check_model(model) -> None:
 
 
 def _checker_error(model) -> Exception | None:
+    """What onnx.checker says of `model` (a ModelProto or its bytes), None when it passes."""
     import onnx
 
     try:

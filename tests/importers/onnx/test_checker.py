@@ -116,3 +116,38 @@ def test_function_operator_with_a_bad_attribute_still_refused():
                    [vi("x", T.FLOAT, [2, 3, 2, 2])], [vi("y", T.FLOAT, [2, 3, 2, 2])], opset=13)
     with pytest.raises(OnnxImportError, match="malformed.*MeanVarianceNormalization"):
         pyxla.onnx.load(model)
+
+
+def _given_as(model, form: str, tmp_path):
+    if form == "proto":
+        return model
+    data = model.SerializeToString()
+    if form == "bytes":
+        return data
+    path = tmp_path / "model.onnx"
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("form", ["proto", "bytes", "path"])
+def test_the_checker_reads_the_bytes_given(form, tmp_path, monkeypatch, rng):
+    """A model given as bytes or a file is checked from those bytes (not serialized again:
+    seconds for a large model), a ModelProto from itself; either way the same refusal, and
+    a valid model that needs the function-defaults retry still loads."""
+    checked = []
+    check = onnx.checker.check_model
+    monkeypatch.setattr(onnx.checker, "check_model", lambda m, **kw: checked.append(m) or check(m, **kw))
+    monkeypatch.setenv("PYXLA_CACHE_DIR", "")   # (no load index: every load checks)
+    bad = _conv(numpy_helper.from_array(np.ones((1, 1, 3, 3), np.int32), "w"))
+    with pytest.raises(OnnxImportError, match=r"malformed.*conv1.*Conv.*tensor\(int32\)"):
+        pyxla.onnx.load(_given_as(bad, form, tmp_path))
+    if form == "proto":
+        assert isinstance(checked[0], onnx.ModelProto)
+    else:
+        assert checked[0] == bad.SerializeToString()
+    mvn = _model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])],
+                 [vi("x", T.FLOAT, [2, 3, 2, 2])], [vi("y", T.FLOAT, [2, 3, 2, 2])], opset=13)
+    x = rng.standard_normal((2, 3, 2, 2)).astype(np.float32)
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    want = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True))
+    np.testing.assert_allclose(pyxla.onnx.load(_given_as(mvn, form, tmp_path))(x)["y"], want, rtol=1e-4, atol=1e-5)
