@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -55,17 +56,23 @@ def stand_in_openmp(pool, monkeypatch):
     for thread in members:
         thread.start()
 
+    inside, overlaps = [0], []
+
     def gomp_parallel(fn, data, num_threads, flags):
         calls.append((num_threads, flags))
+        inside[0] += 1
+        overlaps.append(inside[0])
         team = TEAM_FUNCTION(fn)
         for inbox in jobs[:num_threads]:
             inbox.put((team, data))
         kept.extend(done.get() for _ in range(min(num_threads, len(jobs))))
+        inside[0] -= 1
 
     callback = GOMP_PARALLEL(gomp_parallel)
     pool.share_openmp(ctypes.cast(callback, ctypes.c_void_p).value)
     yield calls
     assert kept and all(kept)
+    assert max(overlaps) == 1   # one caller at a time hands its job to OpenMP
     pool.share_openmp(0)
     for inbox in jobs:
         inbox.put(None)
@@ -113,6 +120,21 @@ ENTRY main {
     x = (rng.random(100_003) + 1).astype(np.float32) * np.float32(1e-20)
     (got,) = assert_cpu_matches_interpreter(text, rng, [x, x], rtol=0, atol=0)
     assert stand_in_openmp and not got.any()
+
+
+def test_one_caller_at_a_time_uses_openmp(rng, stand_in_openmp):
+    """Python threads calling at once: one hands its job to OpenMP (OpenMP would give each
+    calling thread a team of its own), the others run their tasks serially; all correct."""
+    f = pyxla.jit(lambda x, y: (pnp.sum(x * y), pnp.tanh(x) * y), backend="cpu")
+    inputs = [[rng.standard_normal(200_003).astype(np.float32) for _ in range(2)] for _ in range(12)]
+    f(*inputs[0])
+    with ThreadPoolExecutor(4) as threads:
+        results = list(threads.map(lambda ins: f(*ins), inputs))
+    for (x, y), (total, t) in zip(inputs, results):
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        np.testing.assert_allclose(total, np.sum(x64 * y64), rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(t, np.tanh(x64) * y64, rtol=1e-5, atol=1e-6)
+    assert stand_in_openmp
 
 
 def _run(script: str, **env) -> str:

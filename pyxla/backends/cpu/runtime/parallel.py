@@ -49,7 +49,9 @@ OpenMP (torch), the pool hands its jobs to it instead (`share_openmp`, set by
 pool_threads.share_loaded_openmp): `GOMP_parallel` runs `openmp_team` on OpenMP's threads,
 which claim tasks from a job on the caller's stack as the pool's threads do, with the job's
 MXCSR and their own put back afterwards; OpenMP's workers, spinning after torch's last
-parallel region, are then the ones that run pyxla's tasks. The public GOMP_parallel entry
+parallel region, are then the ones that run pyxla's tasks. The caller takes `busy` first
+either way, so one Python thread at a time hands work to OpenMP (which keeps a team per
+calling thread: concurrent callers would each bring one). The public GOMP_parallel entry
 is GCC's ABI, the same in every libgomp since GCC 4.9.
 
 Workers run with the caller's MXCSR (flush-to-zero, denormals-are-zero, rounding), copied
@@ -356,10 +358,17 @@ class _PoolIr:
         pooled = b.append_basic_block("pooled")
         worth = b.and_(b.icmp_unsigned(">", n, i64(1)),
                        b.icmp_unsigned(">", self._load(b, self.workers, I64), i64(0)))
-        b.cbranch(worth, own_or_openmp, serial)
+        b.cbranch(worth, take, serial)
+        b.position_at_end(take)
+        taken = b.cmpxchg(self.busy, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire", "monotonic")
+        b.cbranch(b.extract_value(taken, 1), own_or_openmp, serial)
+
+        # One caller at a time hands work to OpenMP too, as to the pool's threads: concurrent
+        # callers would each get a team of their own (OpenMP keeps one per calling thread),
+        # all spinning on the same cores.
         b.position_at_end(own_or_openmp)
         gomp_parallel = self._load(b, self.openmp_parallel, I64)
-        b.cbranch(b.icmp_unsigned("!=", gomp_parallel, i64(0)), openmp, take)
+        b.cbranch(b.icmp_unsigned("!=", gomp_parallel, i64(0)), openmp, pooled)
 
         b.position_at_end(openmp)
         b.store(task, self._job_field(b, job, OPENMP_JOB_TASK))
@@ -370,11 +379,8 @@ class _PoolIr:
             b.call(self.stmxcsr, [self._job_field(b, job, OPENMP_JOB_MXCSR)])
         b.call(FunctionPointer(b.inttoptr(gomp_parallel, PTR), ir.FunctionType(VOID, [PTR, PTR, I32, I32])),
                [self.openmp_team, job, self._load(b, self.openmp_threads, I32), ir.Constant(I32, 0)])
+        self._store(b, ir.Constant(I32, 0), self.busy)
         b.ret_void()
-
-        b.position_at_end(take)
-        taken = b.cmpxchg(self.busy, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire", "monotonic")
-        b.cbranch(b.extract_value(taken, 1), pooled, serial)
 
         b.position_at_end(pooled)
         b.store(task, self.job_task)
