@@ -46,3 +46,39 @@ def emitted_by(monkeypatch, emitter) -> list[str]:
     emit = emitter.emit
     monkeypatch.setattr(emitter, "emit", lambda self, *args: seen.append(self.conv.name) or emit(self, *args))
     return seen
+
+
+SUBNORMAL_PRODUCT = """HloModule flush
+ENTRY main {
+  x = f32[100003] parameter(0)
+  y = f32[100003] parameter(1)
+  ROOT m = f32[100003] multiply(x, y)
+}
+"""
+
+
+def assert_subnormal_products_flushed(rng) -> None:
+    """Products that underflow to subnormals come out zero (the interpreter flushes them
+    too), in whichever chunk and on whichever thread they were computed."""
+    x = (rng.random(100_003) + 1).astype(np.float32) * np.float32(1e-20)
+    (got,) = assert_cpu_matches_interpreter(SUBNORMAL_PRODUCT, rng, [x, x], rtol=0, atol=0)
+    assert not got.any()
+
+
+def assert_concurrent_calls_correct(rng, size: int) -> None:
+    """Twelve calls of a jitted sum and elementwise product from four Python threads at
+    once, each result against float64."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyxla
+    import pyxla.numpy as pnp
+    f = pyxla.jit(lambda x, y, z: (pnp.sum(x + y * z), pnp.tanh(x) * y), backend="cpu")
+    inputs = [[rng.standard_normal(size).astype(np.float32) for _ in range(3)] for _ in range(12)]
+    f(*inputs[0])
+    with ThreadPoolExecutor(4) as threads:
+        results = list(threads.map(lambda ins: f(*ins), inputs))
+    for (x, y, z), (total, t) in zip(inputs, results):
+        x64, y64, z64 = (a.astype(np.float64) for a in (x, y, z))
+        np.testing.assert_allclose(total, np.sum(x64 + y64 * z64), rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(t, np.tanh(x64) * y64, rtol=1e-5, atol=1e-6)
+

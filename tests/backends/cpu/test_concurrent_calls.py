@@ -19,8 +19,6 @@ from pyxla.backends.cpu import codegen
 from pyxla.backends.cpu.conv.tiles import TiledConvolution
 from pyxla.backends.cpu.conv.winograd import WinogradConvolution
 
-from .test_parallel import pool  # noqa: F401  (fixture)
-
 THREADS = 4
 CALLS = 50
 EPS32 = float(np.finfo(np.float32).eps)
@@ -74,7 +72,7 @@ def assert_within(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> None:
 
 
 @pytest.fixture
-def routes(monkeypatch, pool):  # noqa: F811
+def routes(monkeypatch, pool):
     """The kernels chosen while compiling, by name, as a list that fills: "own gemm" (pyxla's
     blocked GEMM on the pool), "one-thread gemm" (the same GEMM on the calling thread), and
     the convolution emitters' class names."""

@@ -12,7 +12,6 @@ from pyxla.backends.cpu.conv import planes as conv_planes
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 
 from .differential import assert_cpu_matches_interpreter, emitted_by
-from .test_parallel import pool  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("nchw_convolutions")   # NCHW as written: the planes' layout
 
@@ -69,7 +68,7 @@ IDS = ["tail", "oihw", "batch-chunks", "groups", "stride", "1d", "7x7", "stem", 
 @pytest.mark.parametrize("epilogue", [False, True], ids=["alone", "scale-residual-relu"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_pointwise_convolution_over_planes(case, epilogue, t, tol, vector_bytes, rng, monkeypatch,
-                                          pool):  # noqa: F811
+                                          pool):
     monkeypatch.setattr(host_jit(), "vector_bytes", vector_bytes)
     monkeypatch.setattr(conv_planes, "CHUNK_BYTES", 3 * vector_bytes * conv_planes.TILE[vector_bytes][1])
     routed = _routed(monkeypatch)
@@ -80,7 +79,7 @@ def test_pointwise_convolution_over_planes(case, epilogue, t, tol, vector_bytes,
 
 
 @pytest.mark.parametrize("threads", ["one", "split"])
-def test_tasks_cut_features_and_positions(threads, rng, monkeypatch, pool):  # noqa: F811
+def test_tasks_cut_features_and_positions(threads, rng, monkeypatch, pool):
     """On one thread the whole convolution is one block; split, blocks of feature tiles by
     position tiles, each with its epilogue."""
     if threads == "one":
@@ -94,7 +93,7 @@ def test_tasks_cut_features_and_positions(threads, rng, monkeypatch, pool):  # n
     assert routed
 
 
-def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool):  # noqa: F811
+def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool):
     routed = _routed(monkeypatch)
     text = _module("f32", "1,24,5,6", "1,1,24,40", "1,40,5,6", "bf01_01io->bf01", epilogue=True,
                    out_layout="{1,3,2,0}")
@@ -106,7 +105,7 @@ def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool): 
     ("1,16,5,5", "3,3,16,24", "1,24,5,5", "bf01_01io->bf01", "size=3x3 pad=1_1x1_1"),   # a window, 16 features
     ("1,5,5,16", "1,1,16,24", "1,5,5,24", "b01f_01io->b01f", "size=1x1"),               # NHWC
 ])
-def test_other_convolutions_go_elsewhere(x, w, out, labels, window, rng, monkeypatch, pool):  # noqa: F811
+def test_other_convolutions_go_elsewhere(x, w, out, labels, window, rng, monkeypatch, pool):
     routed = _routed(monkeypatch)
     assert_cpu_matches_interpreter(_module("f32", x, w, out, labels, window), rng, rtol=2e-4, atol=2e-4)
     assert not routed

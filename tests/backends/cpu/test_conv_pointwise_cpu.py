@@ -8,7 +8,6 @@ import pytest
 from pyxla.backends.cpu.conv import pointwise as conv_pointwise
 
 from .differential import assert_cpu_matches_interpreter, emitted_by
-from .test_parallel import pool  # noqa: F401  (fixture)
 
 
 def _routed(monkeypatch):
@@ -54,7 +53,7 @@ CASES = [
 @pytest.mark.parametrize("t,tol", [("f32", 2e-4), ("f64", 1e-11)])
 @pytest.mark.parametrize("epilogue", [False, True], ids=["alone", "bias-relu"])
 @pytest.mark.parametrize("x,w,out,labels", CASES, ids=[c[3] for c in CASES])
-def test_pointwise_convolution_as_gemm(x, w, out, labels, epilogue, t, tol, rng, monkeypatch, pool):  # noqa: F811
+def test_pointwise_convolution_as_gemm(x, w, out, labels, epilogue, t, tol, rng, monkeypatch, pool):
     routed = _routed(monkeypatch)
     window = "size=" + "x".join("1" * (len(labels.split("_")[0]) - 2))
     got = assert_cpu_matches_interpreter(_module(t, x, w, out, labels, epilogue, window), rng, rtol=tol, atol=tol)
@@ -65,14 +64,14 @@ def test_pointwise_convolution_as_gemm(x, w, out, labels, epilogue, t, tol, rng,
     ("1,9,8,16", "1,3,4,64", "b01f_01io->b01f", "size=1x1 stride=3x2"),       # NHWC, unequal strides
 ])
 def test_strided_pointwise_convolution_reads_a_subsampled_copy(x, out, labels, window, rng, monkeypatch,
-                                                             pool):  # noqa: F811
+                                                             pool):
     routed = _routed(monkeypatch)
     text = _module("f32", x, "1,1,16,64", out, labels, epilogue=True, window=window)
     assert_cpu_matches_interpreter(text, rng, rtol=2e-4, atol=2e-4)
     assert routed
 
 
-def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool):  # noqa: F811
+def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool):
     routed = _routed(monkeypatch)
     text = _module("f32", "1,5,6,10", "1,1,10,40", "1,5,6,40", "b01f_01io->b01f", epilogue=True,
                    out_layout="{1,3,2,0}")
@@ -86,7 +85,7 @@ def test_result_in_another_layout_goes_through_scratch(rng, monkeypatch, pool): 
     ("1,5,5,80", "1,1,80,400", "1,5,5,400", "size=1x1"),                     # NHWC, deep
     ("1,5,5,16", "1,1,16,40", "1,5,5,40", "size=1x1"),                       # NHWC, no expansion
 ])
-def test_other_convolutions_stay_with_the_tiles(x, w, out, window, rng, monkeypatch, pool):  # noqa: F811
+def test_other_convolutions_stay_with_the_tiles(x, w, out, window, rng, monkeypatch, pool):
     routed = _routed(monkeypatch)
     assert_cpu_matches_interpreter(_module("f32", x, w, out, "b01f_01io->b01f", window=window), rng,
                                    rtol=2e-4, atol=2e-4)

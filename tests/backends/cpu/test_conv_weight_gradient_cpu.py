@@ -16,7 +16,6 @@ from pyxla.backends.cpu.conv import tiles, weight_gradient
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 
 from .differential import emitted_by, random_inputs
-from .test_parallel import pool  # noqa: F401  (fixture)
 
 TOLERANCE = {"f32": 2e-5, "f64": 1e-12}
 
@@ -96,7 +95,7 @@ CASES = {
 @pytest.mark.parametrize("t", ["f32", "f64"])
 @pytest.mark.parametrize("layout", ["nhwc", "nchw", "torch"])
 @pytest.mark.parametrize("case", CASES)
-def test_weight_gradient_matches_the_interpreter(case, layout, t, rng, monkeypatch, pool):  # noqa: F811
+def test_weight_gradient_matches_the_interpreter(case, layout, t, rng, monkeypatch, pool):
     routed = _routed(monkeypatch)
     _check(_weight_gradient(t, layout, *CASES[case]), t, rng)
     assert routed
@@ -111,14 +110,14 @@ def test_one_thread(rng, monkeypatch):
 
 
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
-def test_fused_epilogue(layout, rng, monkeypatch, pool):  # noqa: F811
+def test_fused_epilogue(layout, rng, monkeypatch, pool):
     """An SGD step w - rate * dW fused after the convolution."""
     routed = _routed(monkeypatch)
     _check(_weight_gradient("f32", layout, *CASES["same-3x3"], epilogue=True), "f32", rng)
     assert routed
 
 
-def test_infinite_gradient_at_the_border_is_nan_as_in_the_evaluator(rng, monkeypatch, pool):  # noqa: F811
+def test_infinite_gradient_at_the_border_is_nan_as_in_the_evaluator(rng, monkeypatch, pool):
     """The staged zero border multiplies the gradient as the evaluator's padding does."""
     text = _weight_gradient("f32", "nhwc", *CASES["same-3x3"])
     module = parse_module(text)
@@ -133,7 +132,7 @@ def test_infinite_gradient_at_the_border_is_nan_as_in_the_evaluator(rng, monkeyp
 @pytest.mark.parametrize("labels", [
     "b01f_01io->b01f",     # an ordinary forward convolution: its window is smaller than its result
 ])
-def test_forward_convolutions_stay_with_their_routes(labels, monkeypatch, pool):  # noqa: F811
+def test_forward_convolutions_stay_with_their_routes(labels, monkeypatch, pool):
     routed = _routed(monkeypatch)
     text = f"""HloModule fwd
 ENTRY e {{
@@ -158,7 +157,7 @@ def _cnn_loss(dimension_numbers):
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_cnn_gradients_take_the_route_and_match_the_interpreter(layout, rng, monkeypatch, pool):  # noqa: F811
+def test_cnn_gradients_take_the_route_and_match_the_interpreter(layout, rng, monkeypatch, pool):
     routed = _routed(monkeypatch)
     if layout == "NHWC":
         numbers, x = ("NHWC", "HWIO", "NHWC"), rng.standard_normal((3, 10, 9, 5))

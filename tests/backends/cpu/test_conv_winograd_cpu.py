@@ -17,7 +17,6 @@ from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import evaluate_module, flatten_result, parse_module
 
 from .differential import emitted_by, random_inputs
-from .test_parallel import pool  # noqa: F401  (fixture)
 
 
 def _conv(x: str, w: str, out: str, window: str = "size=3x3 pad=1_1x1_1", labels: str = "b01f_01io->b01f",
@@ -71,7 +70,7 @@ def tile(request, monkeypatch):
 
 @pytest.mark.parametrize("vector_bytes", [64, 32])
 @pytest.mark.parametrize("case", CASES)
-def test_winograd_matches_the_interpreter(case, vector_bytes, tile, rng, monkeypatch, pool):  # noqa: F811
+def test_winograd_matches_the_interpreter(case, vector_bytes, tile, rng, monkeypatch, pool):
     monkeypatch.setattr(host_jit(), "vector_bytes", vector_bytes)
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
     _compare(CASES[case], rng)
@@ -79,7 +78,7 @@ def test_winograd_matches_the_interpreter(case, vector_bytes, tile, rng, monkeyp
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_tasks_cut_tiles_and_panels(threads, tile, rng, monkeypatch, pool):  # noqa: F811
+def test_tasks_cut_tiles_and_panels(threads, tile, rng, monkeypatch, pool):
     """One thread runs every task in a loop; with two, 1 x 8 x 8 tiles cut along the
     panels too (16 tiles: two strips for eight tasks)."""
     monkeypatch.setattr(pool, "threads", threads)
@@ -90,7 +89,7 @@ def test_tasks_cut_tiles_and_panels(threads, tile, rng, monkeypatch, pool):  # n
 
 
 @pytest.mark.usefixtures("nchw_convolutions")
-def test_an_nchw_input_is_staged_features_last(tile, rng, monkeypatch, pool):  # noqa: F811
+def test_an_nchw_input_is_staged_features_last(tile, rng, monkeypatch, pool):
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
     _compare(_conv("2,32,10,9", "3,3,32,32", "2,32,10,9", labels="bf01_01io->bf01"), rng)
     assert routed == ["c"]
@@ -113,7 +112,7 @@ ENTRY e {
 """
 
 
-def test_a_fused_epilogue(tile, rng, monkeypatch, pool):  # noqa: F811
+def test_a_fused_epilogue(tile, rng, monkeypatch, pool):
     """Bias, a residual and a ReLU applied to each pixel as its tile writes it (11 wide: the
     last tile of a row moved back)."""
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
@@ -132,7 +131,7 @@ ENTRY e {
 """
 
 
-def test_a_result_inside_a_border(tile, rng, monkeypatch, pool):  # noqa: F811
+def test_a_result_inside_a_border(tile, rng, monkeypatch, pool):
     """An output fusion ending in a pad (the next convolution's padded input): the pixels at
     the pad's offset, the border filled."""
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
@@ -144,7 +143,7 @@ def test_a_result_inside_a_border(tile, rng, monkeypatch, pool):  # noqa: F811
 
 
 @pytest.mark.parametrize("case", ["resnet", "odd", "oihw", "f64"])
-def test_a_kernel_passed_on_each_call_is_transformed_on_the_call(case, tile, rng, monkeypatch, pool):  # noqa: F811
+def test_a_kernel_passed_on_each_call_is_transformed_on_the_call(case, tile, rng, monkeypatch, pool):
     """Not a constant parameter (pyxla.jit's arguments): the kernel's transform computed
     into scratch by the kernel itself, the padded panel's lanes zero."""
     routed = emitted_by(monkeypatch, conv_winograd.WinogradConvolution)
@@ -157,7 +156,7 @@ def test_a_kernel_passed_on_each_call_is_transformed_on_the_call(case, tile, rng
 
 
 @pytest.mark.parametrize("setting,route", [("0", None), ("2", 2), ("4", 4), ("", 4)])
-def test_pyxla_winograd_chooses_the_transform(setting, route, rng, monkeypatch, pool):  # noqa: F811
+def test_pyxla_winograd_chooses_the_transform(setting, route, rng, monkeypatch, pool):
     """PYXLA_WINOGRAD=0 leaves every convolution to the direct tiles, 2 keeps to F(2x2, 3x3)
     (a 56-wide output takes F(4x4, 3x3) by default)."""
     monkeypatch.setenv("PYXLA_WINOGRAD", setting)

@@ -15,8 +15,6 @@ from pyxla.backends.cpu import codegen
 from pyxla.fusion.instruction_fusion import kernels
 from pyxla.hlo import parse_module
 
-from .test_parallel import pool  # noqa: F401  (fixture)
-
 TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": np.float64}
 
 
@@ -40,7 +38,7 @@ ENTRY main {{
 
 @pytest.mark.parametrize("out", sorted(TYPES))
 @pytest.mark.parametrize("batch,m,k,n", [(0, 64, 80, 96), (0, 130, 257, 33), (0, 1, 90, 70), (3, 20, 40, 50)])
-def test_the_product_takes_the_gemm_and_the_convert_rounds_its_bits(rng, monkeypatch, pool, out, batch, m, k, n):  # noqa: F811
+def test_the_product_takes_the_gemm_and_the_convert_rounds_its_bits(rng, monkeypatch, pool, out, batch, m, k, n):
     monkeypatch.setattr(codegen, "OWN_GEMM_MIN_WORK", 0)   # on the pool
     monkeypatch.setenv("PYXLA_CACHE_DIR", "")
     calls: list = []

@@ -15,8 +15,6 @@ from pyxla.backends.cpu.dot.plan import GemmPanels
 from pyxla.fusion.instruction_fusion import kernels
 from pyxla.hlo import parse_module
 
-from .test_parallel import pool  # noqa: F401  (fixture)
-
 
 def _module(m: int, k: int, n: int, reshaped: bool, back: bool, batch: int = 1) -> str:
     """tanh(a w + bias + residual), reshaped to [batch, m / batch, n] after the dot when
@@ -58,7 +56,7 @@ def _compile(text: str, monkeypatch, constant: bool = False, in_place: list | No
 @pytest.mark.parametrize("m,k,n,batch", [(37, 100, 45, 1), (128, 70, 200, 1), (1, 50, 60, 1), (96, 40, 50, 4),
                                          (120, 33, 70, 3)])
 @pytest.mark.parametrize("back", [False, True])
-def test_one_output_fusion_with_the_bits_of_the_plain_epilogue(rng, monkeypatch, pool, m, k, n, batch, back):  # noqa: F811
+def test_one_output_fusion_with_the_bits_of_the_plain_epilogue(rng, monkeypatch, pool, m, k, n, batch, back):
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
@@ -76,7 +74,7 @@ def test_one_output_fusion_with_the_bits_of_the_plain_epilogue(rng, monkeypatch,
     np.testing.assert_allclose(got.reshape(m, n), want, rtol=1e-4, atol=1e-4)
 
 
-def test_the_weight_comes_in_gemm_panels(rng, monkeypatch, pool):  # noqa: F811
+def test_the_weight_comes_in_gemm_panels(rng, monkeypatch, pool):
     m, k, n = 40, 90, 70
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
@@ -90,7 +88,7 @@ def test_the_weight_comes_in_gemm_panels(rng, monkeypatch, pool):  # noqa: F811
     assert np.array_equal(formed.run_unchecked([a, once, bias, residual])[0], plain)
 
 
-def test_an_epilogue_reading_the_product_transposed_reads_it_from_scratch(rng, monkeypatch, pool):  # noqa: F811
+def test_an_epilogue_reading_the_product_transposed_reads_it_from_scratch(rng, monkeypatch, pool):
     """Element (0, i, j) of the result reads (j, i) of the product: not in place, the
     epilogue runs after the whole product, from a copy."""
     m, k = 48, 30
@@ -114,7 +112,7 @@ ENTRY main {{
     assert seen == [False]
 
 
-def test_a_reshape_that_cuts_the_rows_otherwise_keeps_the_product_apart(rng, monkeypatch, pool):  # noqa: F811
+def test_a_reshape_that_cuts_the_rows_otherwise_keeps_the_product_apart(rng, monkeypatch, pool):
     """[12, 8] as [8, 12]: row i of the result is not row i of the product (same bytes, other
     rows), so the epilogue is not the GEMM's; the values still match."""
     text = """HloModule other_rows

@@ -15,8 +15,6 @@ from pyxla.backends.cpu.tuning.params import GemmParams
 from pyxla.backends.cpu.tuning.selection import Selection, gemm_key, pinned
 from pyxla.hlo import parse_module
 
-from .test_parallel import pool  # noqa: F401  (fixture)
-
 
 def _l2_rows(k: int) -> int:
     t = tiling("f32")
@@ -48,7 +46,7 @@ def test_a_tuned_mc_is_kept(l2):
 
 
 @pytest.mark.parametrize("constant", [False, True])
-def test_mc_changes_no_bit(rng, monkeypatch, pool, l2, constant):  # noqa: F811
+def test_mc_changes_no_bit(rng, monkeypatch, pool, l2, constant):
     monkeypatch.setattr(codegen, "OWN_GEMM_MIN_WORK", 0)
     monkeypatch.setenv("PYXLA_CACHE_DIR", "")
     t = tiling("f32")

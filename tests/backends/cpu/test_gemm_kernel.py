@@ -16,8 +16,6 @@ from pyxla.backends.cpu.dot import tasks as dot_tasks
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import parse_module
 
-from .test_parallel import pool  # noqa: F401  (fixture)
-
 DTYPES = {"f32": np.float32, "f64": np.float64}
 TOLERANCE = {"f32": 2e-5, "f64": 1e-13}
 CANARY = 0xA5
@@ -167,7 +165,7 @@ ENTRY main {{
 
 @pytest.mark.parametrize("dtype_name", ["f32", "f64"])
 @pytest.mark.parametrize("a_t,b_t", [(False, False), (True, False), (False, True), (True, True)])
-def test_batched_dot_on_the_pool(rng, monkeypatch, pool, dtype_name, a_t, b_t):  # noqa: F811
+def test_batched_dot_on_the_pool(rng, monkeypatch, pool, dtype_name, a_t, b_t):
     batch, m, n, k = (3, 5), 23, 37, 70
     lhs = (*batch, k, m) if a_t else (*batch, m, k)
     rhs = (*batch, n, k) if b_t else (*batch, k, n)
@@ -181,7 +179,7 @@ def test_batched_dot_on_the_pool(rng, monkeypatch, pool, dtype_name, a_t, b_t): 
     _close(executable(a, b), a64 @ b64, dtype_name, k)
 
 
-def test_epilogue_per_product(rng, monkeypatch, pool):  # noqa: F811
+def test_epilogue_per_product(rng, monkeypatch, pool):
     """bias + tanh on each product while it is in cache."""
     epilogue = """  c = f32[12] parameter(2)
   cb = f32[12,20,12] broadcast(c), dimensions={2}
@@ -199,7 +197,7 @@ def test_epilogue_per_product(rng, monkeypatch, pool):  # noqa: F811
 
 
 @pytest.mark.parametrize("pooled", [True, False])
-def test_epilogue_reading_other_products(rng, monkeypatch, pool, pooled):  # noqa: F811
+def test_epilogue_reading_other_products(rng, monkeypatch, pool, pooled):
     """An epilogue that reads the product at other places (reversed order) must see the
     product, not results already written in its place: it runs after every product, over a
     copy of the product in kernel scratch (the GEMM on the pool and on the calling thread)."""
@@ -216,7 +214,7 @@ def test_epilogue_reading_other_products(rng, monkeypatch, pool, pooled):  # noq
     np.testing.assert_allclose(executable(a, b), d * d[::-1, :, ::-1], rtol=1e-5, atol=1e-5)
 
 
-def test_small_dots_run_on_the_calling_thread(monkeypatch, pool):  # noqa: F811
+def test_small_dots_run_on_the_calling_thread(monkeypatch, pool):
     """Dots below OWN_GEMM_MIN_WORK multiply-adds are not worth the pool: pyxla's GEMM in
     one task, on the calling thread (never BLAS, whose threads ignore PYXLA_NUM_THREADS)."""
     for min_work, pooled in ((8 * 1101, False), (8 * 1100, True)):
@@ -242,7 +240,7 @@ def test_blocks_cover_every_product(batch, m, n, tasks):
 
 @pytest.mark.parametrize("dtype_name", ["f32", "f64"])
 @pytest.mark.parametrize("m,n,k", [(256, 1024, 64), (101, 203, 37), (2000, 30, 9)])
-def test_single_product_in_blocks_with_epilogue(rng, monkeypatch, pool, dtype_name, m, n, k):  # noqa: F811
+def test_single_product_in_blocks_with_epilogue(rng, monkeypatch, pool, dtype_name, m, n, k):
     """One product cut into blocks across the pool, bias + GELU-like tanh epilogue per block."""
     t = dtype_name
     text = f"""

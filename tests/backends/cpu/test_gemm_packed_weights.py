@@ -22,8 +22,6 @@ from pyxla.backends.cpu.tuning.selection import Selection, gemm_key, pinned
 from pyxla.hlo import parse_module
 from pyxla.runtime.memory import ALIGNMENT
 
-from .test_parallel import pool  # noqa: F401  (fixture)
-
 DTYPES = {"f32": np.float32, "f64": np.float64}
 
 
@@ -124,7 +122,7 @@ SHAPES = [(37, 100, 45), (50, 600, 77), (129, 513, 33), (23, 70, 9), (96, 64, 30
 @pytest.mark.parametrize("dtype_name", ["f32", "f64"])
 @pytest.mark.parametrize("m,k,n", SHAPES)
 @pytest.mark.parametrize("transposed", [False, True])
-def test_prepacked_weights_give_the_same_bits(rng, monkeypatch, pool, dtype_name, m, k, n, transposed):  # noqa: F811
+def test_prepacked_weights_give_the_same_bits(rng, monkeypatch, pool, dtype_name, m, k, n, transposed):
     dt = DTYPES[dtype_name]
     a = rng.standard_normal((m, k)).astype(dt)
     w = rng.standard_normal((n, k) if transposed else (k, n)).astype(dt)
@@ -134,7 +132,7 @@ def test_prepacked_weights_give_the_same_bits(rng, monkeypatch, pool, dtype_name
 
 @pytest.mark.parametrize("dtype_name", ["f32", "f64"])
 @pytest.mark.parametrize("pooled", [True, False])
-def test_batch_of_products(rng, monkeypatch, pool, dtype_name, pooled):  # noqa: F811
+def test_batch_of_products(rng, monkeypatch, pool, dtype_name, pooled):
     dt = DTYPES[dtype_name]
     batch, m, k, n = (2, 3), 19, 45, 37
     a = rng.standard_normal((*batch, m, k)).astype(dt)
@@ -145,7 +143,7 @@ def test_batch_of_products(rng, monkeypatch, pool, dtype_name, pooled):  # noqa:
 
 
 @pytest.mark.parametrize("dtype_name", ["f32", "f64"])
-def test_epilogue_fusion(rng, monkeypatch, pool, dtype_name):  # noqa: F811
+def test_epilogue_fusion(rng, monkeypatch, pool, dtype_name):
     """The weight as a parameter of the fusion around the dot (bias + tanh on each block)."""
     dt = DTYPES[dtype_name]
     m, k, n = 70, 130, 90
@@ -156,7 +154,7 @@ def test_epilogue_fusion(rng, monkeypatch, pool, dtype_name):  # noqa: F811
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-def test_tuned_blocking(rng, monkeypatch, pool, transposed):  # noqa: F811
+def test_tuned_blocking(rng, monkeypatch, pool, transposed):
     """A tuning database's blocking (KC 64, NC 64, MC 24) makes the panels and the kernel
     reading them: several slices of K and several column blocks of NC inside each block."""
     m, k, n = 90, 200, 150
@@ -196,7 +194,7 @@ def test_matrix_vector_products_keep_the_layout(monkeypatch):
     assert _compile(_module("f32", 1, 50, 60), monkeypatch, True).parameter_forms == {}
 
 
-def test_bounded_rows_of_a_padded_module(rng, monkeypatch, pool):  # noqa: F811
+def test_bounded_rows_of_a_padded_module(rng, monkeypatch, pool):
     """A padded module's dot stops at the run-time row count; its weight in panels gives the
     same bits in the valid rows."""
     import pyxla.numpy as pnp

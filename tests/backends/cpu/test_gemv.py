@@ -14,8 +14,6 @@ from pyxla.backends.cpu.dot import gemv as gemv_kernel
 from pyxla.backends.cpu.runtime.llvm_jit import host_jit
 from pyxla.hlo import parse_module
 
-from .test_parallel import pool  # noqa: F401  (fixture)
-
 DTYPES = {"f32": np.float32, "f64": np.float64}
 TOLERANCE = {"f32": 2e-5, "f64": 1e-13}
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
@@ -234,7 +232,7 @@ ENTRY main {
     _close(executable(a, b), d * d[:, ::-1], "f32", 700)
 
 
-def test_small_products_stay_on_one_thread(monkeypatch, pool):  # noqa: F811
+def test_small_products_stay_on_one_thread(monkeypatch, pool):
     """Below GEMV_PARALLEL_MIN_WORK multiply-adds waking the workers costs more than it saves."""
     text = _bias_relu_module("f32", (1, 64), (64, 100), (1, 100), 1, 0, 0, 1)
     monkeypatch.setattr(codegen, "GEMV_PARALLEL_MIN_WORK", 6401)

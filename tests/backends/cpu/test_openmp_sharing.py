@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -19,23 +18,11 @@ import pyxla
 import pyxla.numpy as pnp
 from pyxla import nn
 from pyxla.backends.cpu import codegen
-from pyxla.backends.cpu.runtime import parallel
 
-from .differential import assert_cpu_matches_interpreter
+from .differential import assert_concurrent_calls_correct, assert_subnormal_products_flushed
 
 TEAM_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 GOMP_PARALLEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)
-
-
-@pytest.fixture
-def pool(monkeypatch):
-    if parallel.worker_pool() is None:
-        monkeypatch.setenv("PYXLA_NUM_THREADS", "3")
-    started = parallel.worker_pool()
-    assert started is not None and started.threads >= 2
-    before = started.openmp
-    yield started
-    started.share_openmp(before)
 
 
 @pytest.fixture
@@ -110,30 +97,14 @@ def test_team_threads_take_the_callers_mxcsr(rng, stand_in_openmp):
     """The team's threads are OpenMP's (here Python's, which do not flush subnormals): a
     product that underflows is still flushed to zero in every chunk, as a serial run does,
     and each thread gets its own MXCSR back afterwards (the fixture checks)."""
-    text = """HloModule flush
-ENTRY main {
-  x = f32[100003] parameter(0)
-  y = f32[100003] parameter(1)
-  ROOT m = f32[100003] multiply(x, y)
-}
-"""
-    x = (rng.random(100_003) + 1).astype(np.float32) * np.float32(1e-20)
-    (got,) = assert_cpu_matches_interpreter(text, rng, [x, x], rtol=0, atol=0)
-    assert stand_in_openmp and not got.any()
+    assert_subnormal_products_flushed(rng)
+    assert stand_in_openmp
 
 
 def test_one_caller_at_a_time_uses_openmp(rng, stand_in_openmp):
     """Python threads calling at once: one hands its job to OpenMP (OpenMP would give each
     calling thread a team of its own), the others run their tasks serially; all correct."""
-    f = pyxla.jit(lambda x, y: (pnp.sum(x * y), pnp.tanh(x) * y), backend="cpu")
-    inputs = [[rng.standard_normal(200_003).astype(np.float32) for _ in range(2)] for _ in range(12)]
-    f(*inputs[0])
-    with ThreadPoolExecutor(4) as threads:
-        results = list(threads.map(lambda ins: f(*ins), inputs))
-    for (x, y), (total, t) in zip(inputs, results):
-        x64, y64 = x.astype(np.float64), y.astype(np.float64)
-        np.testing.assert_allclose(total, np.sum(x64 * y64), rtol=1e-5, atol=1e-3)
-        np.testing.assert_allclose(t, np.tanh(x64) * y64, rtol=1e-5, atol=1e-6)
+    assert_concurrent_calls_correct(rng, 200_003)
     assert stand_in_openmp
 
 

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -22,17 +21,11 @@ from pyxla.backends.cpu.runtime import parallel
 from pyxla.hlo import parse_module
 
 from ...fusion.programs import ARGMAX_REDUCER
-from .differential import assert_cpu_matches_interpreter
-
-
-@pytest.fixture
-def pool(monkeypatch):
-    """The process's pool, with at least two threads even on a one-core machine."""
-    if parallel.worker_pool() is None:
-        monkeypatch.setenv("PYXLA_NUM_THREADS", "3")
-    started = parallel.worker_pool()
-    assert started is not None and started.threads >= 2
-    return started
+from .differential import (
+    assert_concurrent_calls_correct,
+    assert_cpu_matches_interpreter,
+    assert_subnormal_products_flushed,
+)
 
 
 @pytest.fixture
@@ -374,31 +367,14 @@ ENTRY main {
 def test_subnormals_flushed_on_every_thread(rng, small_threshold):
     """Workers run with the caller's MXCSR: a product that underflows to a subnormal is
     flushed to zero in every chunk, as a serial run (and the interpreter) flushes it."""
-    text = """HloModule flush
-ENTRY main {
-  x = f32[100003] parameter(0)
-  y = f32[100003] parameter(1)
-  ROOT m = f32[100003] multiply(x, y)
-}
-"""
-    x = (rng.random(100_003) + 1).astype(np.float32) * np.float32(1e-20)
-    (got,) = assert_cpu_matches_interpreter(text, rng, [x, x], rtol=0, atol=0)
-    assert not got.any()
+    assert_subnormal_products_flushed(rng)
 
 
 # --- threads, configurations ---------------------------------------------------------------------
 
 def test_concurrent_calls_from_python_threads(rng, pool):
     """One caller at a time takes the pool; the others run their tasks serially meanwhile."""
-    f = pyxla.jit(lambda x, y, z: (pnp.sum(x + y * z), pnp.tanh(x) * y), backend="cpu")
-    inputs = [[rng.standard_normal(300_007).astype(np.float32) for _ in range(3)] for _ in range(12)]
-    f(*inputs[0])
-    with ThreadPoolExecutor(4) as threads:
-        results = list(threads.map(lambda ins: f(*ins), inputs))
-    for (x, y, z), (total, t) in zip(inputs, results):
-        x64, y64, z64 = (a.astype(np.float64) for a in (x, y, z))
-        np.testing.assert_allclose(total, np.sum(x64 + y64 * z64), rtol=1e-5, atol=1e-3)
-        np.testing.assert_allclose(t, np.tanh(x64) * y64, rtol=1e-5, atol=1e-6)
+    assert_concurrent_calls_correct(rng, 300_007)
 
 
 def _sum_in_child(queue):
