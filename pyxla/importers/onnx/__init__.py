@@ -73,8 +73,8 @@ def load(source, *, backend: str | None = None, base_dir: str | os.PathLike | No
     index_key = known = None
     describes = False
     own_bytes = data if data is not None and not external else None   # all the model is, serialized
-    size = len(own_bytes) if own_bytes is not None else None
-    if indexed and (size if size is not None else proto.ByteSize()) < load_index.PROTOBUF_LIMIT:
+    # (their length is its size: ByteSize walks the whole message, seconds for a large model)
+    if indexed and (len(own_bytes) if own_bytes is not None else proto.ByteSize()) < load_index.PROTOBUF_LIMIT:
         describes = own_bytes is not None
         # the model's whole content (external data read in), so an edited weight file misses
         index_key = load_index.model_key(data if describes else proto.SerializeToString(deterministic=True),

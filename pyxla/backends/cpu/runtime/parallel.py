@@ -336,9 +336,10 @@ class _PoolIr:
         return b.gep(job, [i64(offset)], source_etype=ir.IntType(8))
 
     def _emit_share_openmp(self) -> None:
-        """void share_openmp(ptr gomp_parallel, i32 threads): hand every later job to the
-        OpenMP runtime whose GOMP_parallel this is, on `threads` threads (null: the pool's own
-        threads again)."""
+        """void share_openmp(i64 gomp_parallel, i32 threads): hand every later job to the
+        OpenMP runtime whose GOMP_parallel is at that address, on `threads` threads (0: the
+        pool's own threads again). The count is stored before the address, which a caller
+        loads first (release / acquire)."""
         fn = ir.Function(self.m, ir.FunctionType(VOID, [I64, I32]), name=SHARE_OPENMP)
         b = ir.IRBuilder(fn.append_basic_block("start"))
         self._store(b, fn.args[1], self.openmp_threads)

@@ -53,7 +53,6 @@ class WorkerPool:
     _reset: object
     _share_openmp: object
     openmp: int = 0            # the GOMP_parallel jobs go to, 0 when the pool's own threads run them
-
     forked: bool = False       # a forked child's pool, which never hands jobs to OpenMP
 
     def restart_after_fork(self) -> None:
