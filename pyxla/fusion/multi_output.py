@@ -22,9 +22,7 @@ def _reduce_signature(instr: HloInstruction) -> tuple[tuple[int, ...], tuple[int
     if instr.opcode == "reduce" and len(instr.operands) == 2:
         return instr.operands[0].array_shape.dims, tuple(sorted(instr.attrs["dimensions"]))
     if instr.opcode == "fusion" and instr.attrs.get("kind") == "kInput":
-        root = instr.attrs["calls"].root
-        roots = root.operands if root.opcode == "tuple" else [root]
-        sigs = {_reduce_signature(r) for r in roots}
+        sigs = {_reduce_signature(r) for r in instr.attrs["calls"].root.outputs}
         if len(sigs) == 1 and None not in sigs:
             return sigs.pop()
     return None
@@ -44,8 +42,7 @@ def _depends_on(a: HloInstruction, b: HloInstruction) -> bool:
 
 
 def _outputs(fusion: HloInstruction) -> list[HloInstruction]:
-    root = fusion.attrs["calls"].root
-    return list(root.operands) if root.opcode == "tuple" else [root]
+    return fusion.attrs["calls"].root.outputs
 
 
 def merge_siblings(module: HloModule, a: HloInstruction, b: HloInstruction) -> HloInstruction:
@@ -61,7 +58,7 @@ def merge_siblings(module: HloModule, a: HloInstruction, b: HloInstruction) -> H
     for f in (a, b):
         bound = [params[operands.index(op)] for op in f.operands]
         root = inline_computation(module, fused, f.attrs["calls"], bound)
-        roots.extend(root.operands if root.opcode == "tuple" else [root])
+        roots.extend(root.outputs)
     shape = TupleShape(tuple(r.shape for r in roots))
     fused.root = fused.add_instruction(HloInstruction(module.fresh_name("tuple"), "tuple", shape, roots))
     merged = comp.add_instruction(HloInstruction(module.fresh_name("fusion"), "fusion", shape, operands,

@@ -121,7 +121,7 @@ class FusionPolicy:
         root = consumer.attrs["calls"].root
         # A multi-output reduction (a tuple of reduces, as XLA's sibling fusion or
         # multi_output.py makes them) iterates over the rows of each of its outputs.
-        for out in root.operands if root.opcode == "tuple" else [root]:
+        for out in root.outputs:
             out_rows = out.operands[0].array_shape.dims if out.opcode == "reduce" else out.array_shape.dims
             if out_rows not in (rows, reduced):
                 return "the fusion does not iterate over the reduced rows"

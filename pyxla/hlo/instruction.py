@@ -54,6 +54,12 @@ class HloInstruction:
             raise TypeError(f"{self.describe()} has shape {shape.to_text(False)}, not a tuple shape")
         return shape
 
+    @property
+    def outputs(self) -> list[HloInstruction]:
+        """The values this instruction's result is made of: a tuple's operands, else the
+        instruction itself (a multi-output fusion's root has one per output)."""
+        return list(self.operands) if self.opcode == "tuple" else [self]
+
     # --- attributes -------------------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)

@@ -89,8 +89,7 @@ class KernelSpec:
         """The values the outputs hold: the root, or a tuple root's elements."""
         if self.instr.opcode != "fusion":
             return [self.instr]
-        root = self.root
-        return list(root.operands) if root.opcode == "tuple" else [root]
+        return self.root.outputs
 
     @property
     def arguments(self) -> int:

@@ -150,8 +150,7 @@ def _bounded_mark(fusion: HloInstruction, bounds: Mapping[str, int]) -> tuple[in
     """(dimension, size expression) shared by every output of `fusion`, when it may be bounded."""
     if fusion.opcode != "fusion" or fusion.attrs.get("kind") not in BOUNDED_KINDS or "bounded_rows" in fusion.attrs:
         return None
-    root = fusion.attrs["calls"].root
-    outputs = root.operands if root.opcode == "tuple" else [root]
+    outputs = fusion.attrs["calls"].root.outputs
     marks = {o.attrs.get("dynamic_rows") for o in outputs}
     if len(marks) != 1 or None in marks:
         return None

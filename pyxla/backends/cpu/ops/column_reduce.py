@@ -49,7 +49,7 @@ def column_reductions(root: HloInstruction, out_shape) -> list[HloInstruction] |
     """The column reductions a kernel with this root computes, in the order of its outputs
     (the root itself, or the elements of a tuple root that are all distinct column
     reductions of operands of the same dimensions); None when the kernel is not one."""
-    reduces = list(root.operands) if root.opcode == "tuple" else [root]
+    reduces = root.outputs
     if not all(_one_column_reduction(r) for r in reduces) or len({id(r) for r in reduces}) != len(reduces):
         return None
     dims, n = reduces[0].operands[0].shape.dims, len(reduces[0].attrs["dimensions"])
